@@ -1,0 +1,106 @@
+# libtzr build. `make` builds the libraries and tools, `make test` runs the
+# suite, `make demo` runs the built-in example. See README.md.
+PREFIX ?= /usr/local
+CC ?= cc
+BUILD ?= build
+SAN ?=
+OPT ?= -O2
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
+              -fPIC -fvisibility=hidden -Iinclude -Isrc $(SAN)
+PKGS = libsodium libcrypto libdeflate jansson libcurl libzstd
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+LIBS = $(PKG_LIBS) -lpthread -ldl -lm
+CFLAGS += $(CFLAGS_BASE) $(PKG_CFLAGS)
+LDFLAGS += $(SAN)
+
+SOVER = 0
+LIB_SRCS := $(wildcard src/*.c)
+LIB_OBJS := $(LIB_SRCS:src/%.c=$(BUILD)/obj/%.o)
+TOOL_COMMON := $(wildcard tools/common/*.c)
+TOOL_COMMON_OBJS := $(TOOL_COMMON:tools/common/%.c=$(BUILD)/obj/tools_common_%.o)
+TOOLS := $(notdir $(basename $(wildcard tools/*.c)))
+TOOL_BINS := $(TOOLS:%=$(BUILD)/%)
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_UTIL := $(wildcard tests/util/*.c)
+FUZZ_SRCS := $(wildcard fuzz/fuzz_*.c)
+FUZZ_REPLAY := $(FUZZ_SRCS:fuzz/%.c=$(BUILD)/fuzz/%_replay)
+
+.PHONY: all deps test demo bench install clean asan ubsan tsan fuzz check-deps
+all: $(BUILD)/.deps $(BUILD)/libtzr.a $(BUILD)/libtzr.so $(TOOL_BINS) $(BUILD)/libtzr.pc
+
+$(BUILD)/.deps: scripts/deps.sh
+	@mkdir -p $(BUILD)
+	@bash scripts/deps.sh build
+	@touch $@
+
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/tzr.h $(wildcard include/*.h) | $(BUILD)/.deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/tools_common_%.o: tools/common/%.c $(wildcard tools/common/*.h) $(wildcard include/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itools/common -c $< -o $@
+
+$(BUILD)/libtzr.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libtzr.so: $(LIB_OBJS)
+	$(CC) -shared -Wl,-soname,libtzr.so.$(SOVER) $(LDFLAGS) -o $(BUILD)/libtzr.so.$(SOVER) $^ $(LIBS)
+	ln -sf libtzr.so.$(SOVER) $@
+
+$(BUILD)/%: tools/%.c $(TOOL_COMMON_OBJS) $(BUILD)/libtzr.a
+	$(CC) $(CFLAGS) -Itools/common $< $(TOOL_COMMON_OBJS) $(BUILD)/libtzr.a $(LDFLAGS) $(LIBS) -o $@
+
+$(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(wildcard tests/util/*.h) $(BUILD)/libtzr.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/util $< $(TEST_UTIL) $(BUILD)/libtzr.a $(LDFLAGS) $(LIBS) -o $@
+
+# Fuzz targets build twice: a replay driver (any compiler, runs in make test)
+# and a libFuzzer binary (clang) for `make fuzz`.
+$(BUILD)/fuzz/%_replay: fuzz/%.c fuzz/replay_main.c $(BUILD)/libtzr.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< fuzz/replay_main.c $(BUILD)/libtzr.a $(LDFLAGS) $(LIBS) -o $@
+
+$(BUILD)/libtzr.pc: Makefile
+	@mkdir -p $(BUILD)
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libtzr\nDescription: read and write tensorizer .tensors checkpoints\nVersion: 0.1.0\nRequires.private: %s\nLibs: -L$${libdir} -ltzr\nLibs.private: -lpthread -ldl -lm\nCflags: -I$${includedir}\n' \
+	  "$(PREFIX)" "$(PKGS)" > $@
+
+test: all $(TEST_BINS) $(FUZZ_REPLAY)
+	@bash scripts/deps.sh test || true
+	@BUILD=$(BUILD) bash tests/run.sh
+
+asan:
+	$(MAKE) BUILD=build-asan CC=clang OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
+ubsan:
+	$(MAKE) BUILD=build-ubsan CC=clang OPT=-O1 SAN="-fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" test
+tsan:
+	$(MAKE) BUILD=build-tsan CC=clang OPT=-O1 SAN="-fsanitize=thread" test
+
+fuzz: $(BUILD)/libtzr.a
+	@mkdir -p $(BUILD)/fuzz
+	for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
+	  clang $(CFLAGS_BASE) $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined $$f src/*.c $(LIBS) -o $(BUILD)/fuzz/$$n || exit 1; \
+	  mkdir -p $(BUILD)/fuzz/$$n.work; \
+	  $(BUILD)/fuzz/$$n -max_total_time=$${FUZZ_SECONDS:-60} $(BUILD)/fuzz/$$n.work fuzz/corpus/$$n || exit 1; done
+
+demo: all
+	@bash scripts/demo.sh $(BUILD)
+
+bench: all
+	@$(BUILD)/tzr-bench $(BENCH_ARGS)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libtzr.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libtzr.so.$(SOVER) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libtzr.so.$(SOVER) $(DESTDIR)$(PREFIX)/lib/libtzr.so
+	install -m 644 $(BUILD)/libtzr.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
+
+clean:
+	rm -rf build build-asan build-ubsan build-tsan

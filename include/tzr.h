@@ -1,0 +1,291 @@
+/* libtzr: read and write CoreWeave tensorizer `.tensors` checkpoints.
+ *
+ * Conventions
+ *  - Every function that can fail returns int: 0 on success or a negative
+ *    TZR_E* code. Codes are never renumbered.
+ *  - On failure the calling thread's message (tzr_last_error()) says what
+ *    went wrong and where: tensor name and byte offset where known, and the
+ *    lower cause (errno text, HTTP status, libsodium failure).
+ *  - The library never prints, never aborts on bad input, never exits.
+ *  - Handles are opaque; every *_free(NULL) is a no-op.
+ *  - Option structs start with `struct_size`; initialise them with the
+ *    matching *_INIT macro so later versions can add fields.
+ *  - This header includes only standard C headers.
+ */
+#ifndef TZR_H
+#define TZR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TZR_API __attribute__((visibility("default")))
+#else
+#define TZR_API
+#endif
+
+#define TZR_VERSION_MAJOR 0
+#define TZR_VERSION_MINOR 1
+#define TZR_VERSION_PATCH 0
+#define TZR_VERSION_NUMBER \
+    (TZR_VERSION_MAJOR * 10000 + TZR_VERSION_MINOR * 100 + TZR_VERSION_PATCH)
+
+/* Run-time version of the library (TZR_VERSION_NUMBER it was built with). */
+TZR_API int tzr_version_number(void);
+TZR_API const char *tzr_version_string(void);
+
+/* ---------------------------------------------------------------- errors */
+enum {
+    TZR_OK = 0,
+    TZR_EINVAL = -1,     /* bad argument from the caller */
+    TZR_ENOMEM = -2,     /* allocation failed */
+    TZR_EIO = -3,        /* the operating system refused a read/write */
+    TZR_EFORMAT = -4,    /* malformed file: bad magic, lengths, offsets */
+    TZR_EVERSION = -5,   /* unsupported data version or feature flags */
+    TZR_EHASH = -6,      /* CRC32 or SHA-256 mismatch */
+    TZR_ECRYPT = -7,     /* wrong/missing key, MAC failure, bad crypt info */
+    TZR_ENOTFOUND = -8,  /* no tensor (or object) with that name */
+    TZR_ELIMIT = -9,     /* a size limit was hit: index full, caps, overflow */
+    TZR_EDUP = -10,      /* duplicate tensor name */
+    TZR_ETRUNC = -11,    /* the source ended before the expected bytes */
+    TZR_ENODEV = -12,    /* no CUDA runtime or device */
+    TZR_ECANCELED = -13, /* stopped by the caller or by another error */
+    TZR_ENOTSUP = -14,   /* feature not built in or not supported */
+    TZR_ENET = -15,      /* network failure (connect, reset, timeout) */
+    TZR_EHTTP = -16,     /* HTTP error status (403, 404, 5xx after retries) */
+    TZR_ECHANGED = -17,  /* the remote object changed during the load */
+    TZR_ECOMM = -18,     /* a peer rank failed or communication broke */
+    TZR_EDEVICE = -19,   /* a CUDA call failed */
+};
+
+/* Name of an error code ("TZR_EHASH: hash mismatch"). Never NULL. */
+TZR_API const char *tzr_strerror(int code);
+/* Message of the last failure in this thread ("" if none). Valid until the
+ * next libtzr call in this thread. */
+TZR_API const char *tzr_last_error(void);
+/* Code of the last failure in this thread (0 if none). */
+TZR_API int tzr_last_error_code(void);
+
+/* ---------------------------------------------------------------- dtypes */
+typedef enum tzr_dtype {
+    TZR_DTYPE_UNKNOWN = 0, /* a dtype string this library does not know */
+    TZR_DTYPE_BOOL,
+    TZR_DTYPE_U8, TZR_DTYPE_I8,
+    TZR_DTYPE_U16, TZR_DTYPE_I16,
+    TZR_DTYPE_U32, TZR_DTYPE_I32,
+    TZR_DTYPE_U64, TZR_DTYPE_I64,
+    TZR_DTYPE_F16, TZR_DTYPE_BF16, TZR_DTYPE_F32, TZR_DTYPE_F64,
+    TZR_DTYPE_C32, TZR_DTYPE_C64, TZR_DTYPE_C128,
+    TZR_DTYPE_F8_E4M3FN, TZR_DTYPE_F8_E5M2,
+    TZR_DTYPE_F8_E4M3FNUZ, TZR_DTYPE_F8_E5M2FNUZ, TZR_DTYPE_F8_E8M0FNU,
+    TZR_DTYPE_BITS8, TZR_DTYPE_BITS16,
+    TZR_DTYPE_COUNT
+} tzr_dtype;
+
+/* Parse a tensorizer dtype string (numpy "<f4", or opaque
+ * "<V2\0torch.bfloat16"; len bytes, may contain one NUL). Fills the enum,
+ * the element size in bytes and whether it is the opaque form. Unknown but
+ * well-formed strings give TZR_DTYPE_UNKNOWN with the numpy item size.
+ * Returns TZR_EFORMAT for malformed strings. */
+TZR_API int tzr_dtype_parse(const char *str, size_t len, tzr_dtype *dtype,
+                            uint32_t *itemsize, int *opaque);
+/* The dtype string tensorizer writes for this dtype; *len gets its length
+ * (opaque strings contain a NUL). NULL for TZR_DTYPE_UNKNOWN. */
+TZR_API const char *tzr_dtype_string(tzr_dtype dtype, size_t *len);
+/* Short name ("bf16", "f32", ...). */
+TZR_API const char *tzr_dtype_name(tzr_dtype dtype);
+TZR_API uint32_t tzr_dtype_size(tzr_dtype dtype);
+
+/* ---------------------------------------------------------------- tensors */
+typedef enum tzr_tensor_type {
+    TZR_PARAM = 0,
+    TZR_BUFFER = 1,
+    TZR_STATE_DICT = 2,
+} tzr_tensor_type;
+
+#define TZR_MAX_DIMS 255
+
+/* What the index (and, once read, the header) says about one tensor. All
+ * pointers stay valid while the reader lives. */
+typedef struct tzr_tensor_info {
+    const char *name;      /* raw name bytes as stored, NUL-terminated copy */
+    size_t name_len;
+    int structured;        /* name is 0x1E + JSON array (validated) */
+    tzr_tensor_type type;
+    int module_idx;        /* from the header; -1 until the header was read */
+    const char *dtype_str; /* raw dtype bytes (may hold a NUL), NUL-terminated */
+    size_t dtype_len;
+    tzr_dtype dtype;
+    uint32_t itemsize;
+    int opaque;            /* opaque "<Vn\0torch.x" form */
+    uint32_t ndim;
+    const uint64_t *shape;
+    uint64_t numel;
+    uint64_t nbytes;       /* bytes a loaded tensor occupies: itemsize*numel */
+    uint64_t header_offset;
+    uint64_t data_offset;
+    uint64_t data_length;  /* bytes stored in the file (0 for meta) */
+    int meta;              /* meta tensor: no data, loads as zeros */
+    int encrypted;         /* data is encrypted (known once header read) */
+} tzr_tensor_info;
+
+/* ---------------------------------------------------------------- sources */
+/* A positional byte source. read_at must read exactly len bytes at offset
+ * off into buf and be safe to call from several threads at once on disjoint
+ * or overlapping ranges. It returns 0, TZR_ETRUNC when the source ends
+ * first, or another TZR_E* code with the thread's message set. */
+typedef struct tzr_source tzr_source;
+struct tzr_source {
+    int (*read_at)(tzr_source *src, void *buf, size_t len, uint64_t off);
+    void (*destroy)(tzr_source *src); /* frees src itself */
+    uint64_t size;          /* total bytes */
+    const char *name;       /* path or URL for messages (no secrets) */
+    size_t preferred_chunk; /* good read size for the pipeline (0: default) */
+    int preferred_inflight; /* good number of reads in flight (0: default) */
+    /* Optional: 1 if [off, off+len) is already in memory (page cache). */
+    int (*is_cached)(tzr_source *src, uint64_t off, uint64_t len);
+    void *ctx;              /* implementation data */
+};
+
+enum {
+    TZR_SOURCE_DIRECT = 1,  /* read with O_DIRECT when the file is not cached */
+    TZR_SOURCE_NO_DIRECT = 2,
+};
+/* Open a local file. flags: TZR_SOURCE_*. */
+TZR_API int tzr_source_open_file(tzr_source **out, const char *path, unsigned flags);
+/* Wrap memory the caller keeps alive while the source lives. */
+TZR_API int tzr_source_open_memory(tzr_source **out, const void *data, size_t len,
+                                   const char *name);
+TZR_API void tzr_source_free(tzr_source *src);
+
+/* ---------------------------------------------------------------- keys */
+#define TZR_KEY_BYTES 32
+#define TZR_SALT_BYTES 16
+
+/* Key material for encrypted files: a raw 32-byte key, or a password that
+ * Argon2id turns into a key (parameters from the file when reading). */
+typedef struct tzr_crypt_params {
+    const uint8_t *key;     /* 32 bytes, or NULL */
+    const char *password;   /* or NULL */
+    size_t password_len;
+    /* Writing with a password only (0 = tensorizer's defaults: MODERATE). */
+    uint64_t opslimit;
+    uint64_t memlimit;
+    const uint8_t *salt;    /* 16 bytes, or NULL for random */
+} tzr_crypt_params;
+
+/* ---------------------------------------------------------------- reader */
+typedef struct tzr_reader tzr_reader;
+
+typedef struct tzr_reader_options {
+    size_t struct_size;
+    tzr_crypt_params crypt;   /* needed for encrypted files */
+    int verify;               /* check CRC32 and SHA-256 on every read */
+    int read_headers;         /* read and check every tensor header at open
+                                 (fills module_idx); cheap on local files */
+    /* Caps on untrusted input (0 = default). */
+    uint64_t max_tensors;     /* default 1<<24 */
+    uint64_t max_index_bytes; /* default 1 GiB */
+} tzr_reader_options;
+
+#define TZR_READER_OPTIONS_INIT \
+    { sizeof(tzr_reader_options), {0, 0, 0, 0, 0, 0}, 0, 1, 0, 0 }
+
+/* Open a path (local file; URLs where built with HTTP support). */
+TZR_API int tzr_reader_open(tzr_reader **out, const char *path,
+                            const tzr_reader_options *opt);
+/* Open over a source. The reader takes ownership of src in every case
+ * (it is freed on failure too). */
+TZR_API int tzr_reader_open_source(tzr_reader **out, tzr_source *src,
+                                   const tzr_reader_options *opt);
+TZR_API void tzr_reader_free(tzr_reader *r);
+
+TZR_API uint32_t tzr_reader_data_version(const tzr_reader *r);
+TZR_API int tzr_reader_encrypted(const tzr_reader *r); /* file carries crypt info */
+TZR_API size_t tzr_reader_count(const tzr_reader *r);
+TZR_API const tzr_tensor_info *tzr_reader_tensor(const tzr_reader *r, size_t i);
+TZR_API tzr_source *tzr_reader_source(const tzr_reader *r);
+/* Index of the tensor with exactly these name bytes, or TZR_ENOTFOUND. */
+TZR_API int tzr_reader_find(const tzr_reader *r, const char *name, size_t name_len,
+                            size_t *index);
+/* Read tensor i into dst (dst_len >= info->nbytes): reads and checks the
+ * header, decrypts, verifies when asked, zero-fills meta tensors. On
+ * failure dst holds unspecified bytes. Thread-safe for distinct dst. */
+TZR_API int tzr_reader_read(tzr_reader *r, size_t i, void *dst, size_t dst_len);
+/* Verify tensor i's hashes (decrypting when the file is encrypted). */
+TZR_API int tzr_reader_verify(tzr_reader *r, size_t i);
+
+/* ---------------------------------------------------------------- writer */
+/* Where a writer's bytes go. pwrite_at may be called with any offsets;
+ * finish makes the result visible atomically, abort discards it. */
+typedef struct tzr_output tzr_output;
+struct tzr_output {
+    int (*pwrite_at)(tzr_output *out, const void *buf, size_t len, uint64_t off);
+    int (*finish)(tzr_output *out);
+    void (*abort)(tzr_output *out);
+    void (*destroy)(tzr_output *out); /* frees out itself */
+    const char *name;
+    void *ctx;
+};
+
+/* Atomic local file: a temporary file beside path, fsync, rename on finish;
+ * removed on abort. An existing file at path is untouched until finish. */
+TZR_API int tzr_output_open_file(tzr_output **out, const char *path);
+
+typedef struct tzr_writer tzr_writer;
+
+typedef struct tzr_writer_options {
+    size_t struct_size;
+    tzr_crypt_params crypt;   /* key or password: encrypt every tensor */
+    uint64_t metadata_size;   /* index reservation; 0 = 262144 (tensorizer) */
+} tzr_writer_options;
+
+#define TZR_WRITER_OPTIONS_INIT \
+    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0 }
+
+/* One tensor to write. */
+typedef struct tzr_tensor_desc {
+    const char *name;         /* raw name bytes (plain UTF-8 or 0x1E+JSON) */
+    size_t name_len;
+    tzr_tensor_type type;
+    uint16_t module_idx;
+    const char *dtype_str;    /* raw dtype bytes; NULL: from dtype */
+    size_t dtype_len;
+    tzr_dtype dtype;
+    uint32_t ndim;
+    const uint64_t *shape;
+    int meta;                 /* meta tensor: no data written */
+} tzr_tensor_desc;
+
+/* Open a writer on a local path (atomic). */
+TZR_API int tzr_writer_open(tzr_writer **out, const char *path,
+                            const tzr_writer_options *opt);
+/* Open on an output; the writer owns it from now on (freed on failure). */
+TZR_API int tzr_writer_open_output(tzr_writer **out, tzr_output *output,
+                                   const tzr_writer_options *opt);
+/* Append one tensor; data holds itemsize*numel bytes (ignored for meta). */
+TZR_API int tzr_writer_add(tzr_writer *w, const tzr_tensor_desc *desc, const void *data);
+/* Finish the file (header, index, end marker), make it visible, free w.
+ * On failure nothing is left at the target. */
+TZR_API int tzr_writer_close(tzr_writer *w);
+/* Discard everything written and free w. */
+TZR_API void tzr_writer_abort(tzr_writer *w);
+
+/* ---------------------------------------------------------------- names */
+/* Build a structured name (0x1E + compact JSON array, exactly as tensorizer
+ * writes it) from components: each either a UTF-8 string or an integer.
+ * Returns a malloc'd buffer in *out (caller frees) and its length. */
+typedef struct tzr_name_part {
+    const char *str; /* NULL: use idx */
+    uint64_t idx;
+} tzr_name_part;
+TZR_API int tzr_name_build(const tzr_name_part *parts, size_t n, char **out, size_t *out_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,111 @@
+/* The one error convention: negative codes plus a per-thread message. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MSG_CAP 1024
+
+static _Thread_local char last_msg[MSG_CAP];
+static _Thread_local int last_code;
+
+const char *tzr_strerror(int code) {
+    switch (code) {
+    case TZR_OK: return "TZR_OK: success";
+    case TZR_EINVAL: return "TZR_EINVAL: invalid argument";
+    case TZR_ENOMEM: return "TZR_ENOMEM: out of memory";
+    case TZR_EIO: return "TZR_EIO: I/O error";
+    case TZR_EFORMAT: return "TZR_EFORMAT: malformed file";
+    case TZR_EVERSION: return "TZR_EVERSION: unsupported data version or feature";
+    case TZR_EHASH: return "TZR_EHASH: hash mismatch";
+    case TZR_ECRYPT: return "TZR_ECRYPT: decryption failed or key missing";
+    case TZR_ENOTFOUND: return "TZR_ENOTFOUND: not found";
+    case TZR_ELIMIT: return "TZR_ELIMIT: size limit exceeded";
+    case TZR_EDUP: return "TZR_EDUP: duplicate tensor name";
+    case TZR_ETRUNC: return "TZR_ETRUNC: truncated input";
+    case TZR_ENODEV: return "TZR_ENODEV: no CUDA device or runtime";
+    case TZR_ECANCELED: return "TZR_ECANCELED: canceled";
+    case TZR_ENOTSUP: return "TZR_ENOTSUP: not supported";
+    case TZR_ENET: return "TZR_ENET: network error";
+    case TZR_EHTTP: return "TZR_EHTTP: HTTP error";
+    case TZR_ECHANGED: return "TZR_ECHANGED: object changed during load";
+    case TZR_ECOMM: return "TZR_ECOMM: communication failure";
+    case TZR_EDEVICE: return "TZR_EDEVICE: device error";
+    default: return "TZR_E?: unknown error code";
+    }
+}
+
+const char *tzr_last_error(void) { return last_msg; }
+int tzr_last_error_code(void) { return last_code; }
+
+int tzr_vfail(int code, const char *fmt, va_list ap) {
+    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    last_code = code;
+    return code;
+}
+
+int tzr_fail(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    tzr_vfail(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int tzr_fail_prefix(int code, const char *fmt, ...) {
+    char prefix[MSG_CAP], old[MSG_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, last_msg, sizeof old);
+    size_t n = strlen(prefix);
+    if (n >= sizeof last_msg) n = sizeof last_msg - 1;
+    memcpy(last_msg, prefix, n);
+    size_t m = strlen(old);
+    if (m > sizeof last_msg - 1 - n) m = sizeof last_msg - 1 - n;
+    memcpy(last_msg + n, old, m);
+    last_msg[n + m] = 0;
+    last_code = code;
+    return code;
+}
+
+void tzr_clear_error(void) {
+    last_msg[0] = 0;
+    last_code = 0;
+}
+
+void tzr_error_save(char *buf, size_t cap, int *code) {
+    snprintf(buf, cap, "%s", last_msg);
+    *code = last_code;
+}
+
+void tzr_error_restore(const char *msg, int code) {
+    snprintf(last_msg, sizeof last_msg, "%s", msg);
+    last_code = code;
+}
+
+const char *tzr_printable(const char *bytes, size_t len, char *buf, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)bytes[i];
+        if (c >= 0x20 && c != 0x7f && c != '\\')
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+    }
+    if (o + 8 >= cap && len > 0) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+int tzr_version_number(void) { return TZR_VERSION_NUMBER; }
+
+#define TZR_STR2(x) #x
+#define TZR_STR(x) TZR_STR2(x)
+const char *tzr_version_string(void) {
+    return TZR_STR(TZR_VERSION_MAJOR) "." TZR_STR(TZR_VERSION_MINOR) "." TZR_STR(TZR_VERSION_PATCH);
+}

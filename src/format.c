@@ -1,0 +1,294 @@
+/* Parsing and emitting the .tensors byte layout (formats/tensorizer.md). */
+#include "format.h"
+
+#include <string.h>
+
+int tzr_parse_prologue(const uint8_t *buf, size_t len, tzr_file_header *h) {
+    memset(h, 0, sizeof *h);
+    if (len < TZR_MAGIC_LEN || memcmp(buf, TZR_MAGIC, TZR_MAGIC_LEN) != 0)
+        return tzr_fail(TZR_EFORMAT, "offset 0: bad magic (not a tensorizer .tensors file)");
+    if (len < TZR_PROLOGUE_LEN)
+        return tzr_fail(TZR_EFORMAT, "offset %zu: file too small for the %d-byte file header", len,
+                        TZR_PROLOGUE_LEN);
+    tzr_cursor c = tzr_cursor_make(buf + TZR_MAGIC_LEN, len - TZR_MAGIC_LEN);
+    h->version = tzr_get32(&c);
+    memcpy(h->flags, tzr_cursor_take(&c, 32), 32);
+    h->tensor_size = tzr_get64(&c);
+    tzr_cursor_take(&c, 8);
+    h->tensor_count = tzr_get64(&c);
+    h->metadata_len = tzr_get64(&c);
+    if (h->version < TZR_MIN_VERSION || h->version > TZR_MAX_VERSION)
+        return tzr_fail(TZR_EVERSION,
+                        "offset 5: data version %u is not supported (this library reads versions 1-4)",
+                        h->version);
+    /* Only bit 0 (encrypted) is defined; any other bit is a feature we do not
+     * know, so refuse rather than misread (tensorizer does the same). */
+    int unknown = (h->flags[0] & ~TZR_FLAG_ENCRYPTED) != 0;
+    for (int i = 1; i < 32; i++) unknown |= h->flags[i] != 0;
+    if (unknown)
+        return tzr_fail(TZR_EVERSION, "offset 9: unsupported feature flags (only 'encrypted' is known)");
+    return 0;
+}
+
+int tzr_has_crypt_info(const tzr_file_header *h) {
+    return h->version == 3 || (h->version >= 4 && (h->flags[0] & TZR_FLAG_ENCRYPTED));
+}
+
+void tzr_emit_prologue(uint8_t out[TZR_PROLOGUE_LEN], const tzr_file_header *h) {
+    memset(out, 0, TZR_PROLOGUE_LEN);
+    memcpy(out, TZR_MAGIC, TZR_MAGIC_LEN);
+    tzr_st32(out + 5, h->version);
+    if (h->version >= 4) memcpy(out + 9, h->flags, 32); /* flags exist from v4 on */
+    tzr_st64(out + 41, h->tensor_size);
+    tzr_st64(out + 57, h->tensor_count);
+    tzr_st64(out + 65, h->metadata_len);
+}
+
+int tzr_parse_index_entry(tzr_cursor *c, tzr_index_entry *e) {
+    memset(e, 0, sizeof *e);
+    e->name_len = tzr_get16(c);
+    e->name = tzr_cursor_take(c, e->name_len);
+    e->type = tzr_get8(c);
+    e->dtype_len = tzr_get8(c);
+    e->dtype = tzr_cursor_take(c, e->dtype_len);
+    e->ndim = tzr_get8(c);
+    e->dims = tzr_cursor_take(c, 4u * e->ndim);
+    e->header_offset = tzr_get64(c);
+    e->data_offset = tzr_get64(c);
+    e->data_length = tzr_get64(c);
+    return c->bad ? TZR_ETRUNC : 0;
+}
+
+size_t tzr_index_entry_size(size_t name_len, size_t dtype_len, uint32_t ndim) {
+    return 29 + name_len + dtype_len + 4 * (size_t)ndim;
+}
+
+void tzr_emit_index_entry(uint8_t *out, const tzr_index_entry *e) {
+    uint8_t *p = out;
+    tzr_st16(p, e->name_len);
+    p += 2;
+    memcpy(p, e->name, e->name_len);
+    p += e->name_len;
+    *p++ = e->type;
+    *p++ = e->dtype_len;
+    memcpy(p, e->dtype, e->dtype_len);
+    p += e->dtype_len;
+    *p++ = e->ndim;
+    memcpy(p, e->dims, 4u * e->ndim);
+    p += 4u * e->ndim;
+    tzr_st64(p, e->header_offset);
+    tzr_st64(p + 8, e->data_offset);
+    tzr_st64(p + 16, e->data_length);
+}
+
+static int parse_crypt_block(const uint8_t *buf, size_t start, size_t end, tzr_crypt_info *ci) {
+    tzr_cursor c = tzr_cursor_make(buf + start, end - start);
+    uint16_t chunks = tzr_get16(&c);
+    ci->present = 1;
+    for (uint16_t i = 0; i < chunks; i++) {
+        uint64_t chunk_len = tzr_get64(&c);
+        if (c.bad || chunk_len < 2 || chunk_len > tzr_cursor_left(&c))
+            return tzr_fail(TZR_EFORMAT, "crypt chunk %u: length %llu exceeds the crypt block", i,
+                            (unsigned long long)chunk_len);
+        tzr_cursor body = tzr_cursor_make(tzr_cursor_take(&c, chunk_len), chunk_len);
+        uint16_t type = tzr_get16(&body);
+        if (type == TZR_CHUNK_KDF) {
+            if (ci->has_kdf) return tzr_fail(TZR_ECRYPT, "more than one key derivation chunk");
+            uint16_t method = tzr_get16(&body);
+            if (method != TZR_KDF_PWHASH)
+                return tzr_fail(TZR_ECRYPT, "unknown key derivation method %u", method);
+            ci->has_kdf = 1;
+            ci->opslimit = tzr_get64(&body);
+            ci->memlimit = tzr_get64(&body);
+            ci->alg = (int32_t)tzr_get32(&body);
+            ci->salt_len = tzr_get16(&body);
+            ci->salt = tzr_cursor_take(&body, ci->salt_len);
+        } else if (type == TZR_CHUNK_XSALSA_PARALLEL || type == TZR_CHUNK_XSALSA_SEQUENTIAL) {
+            if (ci->encrypted) return tzr_fail(TZR_ECRYPT, "more than one encryption chunk");
+            ci->encrypted = 1;
+            ci->chunk_type = type;
+            if (type == TZR_CHUNK_XSALSA_PARALLEL) {
+                ci->chunk_size = tzr_get64(&body);
+                ci->nonce = tzr_cursor_take(&body, TZR_NONCE_BYTES);
+                ci->num_macs = tzr_get64(&body);
+                if (!body.bad && ci->num_macs > tzr_cursor_left(&body) / TZR_MAC_BYTES)
+                    return tzr_fail(TZR_EFORMAT, "crypt chunk: %llu MACs do not fit in the chunk",
+                                    (unsigned long long)ci->num_macs);
+                ci->macs = tzr_cursor_take(&body, ci->num_macs * TZR_MAC_BYTES);
+                if (!body.bad && (ci->chunk_size % 64 != 0 || ci->chunk_size < 1024))
+                    return tzr_fail(TZR_EFORMAT, "crypt chunk size %llu is invalid",
+                                    (unsigned long long)ci->chunk_size);
+            } else {
+                ci->nonce = tzr_cursor_take(&body, TZR_NONCE_BYTES);
+                ci->num_macs = 1;
+                ci->macs = tzr_cursor_take(&body, TZR_MAC_BYTES);
+            }
+        } else {
+            return tzr_fail(TZR_ECRYPT, "unknown crypt chunk type %u", type);
+        }
+        if (body.bad) return tzr_fail(TZR_EFORMAT, "crypt chunk %u (type %u) is truncated", i, type);
+    }
+    if (c.bad) return tzr_fail(TZR_EFORMAT, "crypt block is truncated");
+    return 0;
+}
+
+int tzr_parse_tensor_header(const uint8_t *buf, size_t len, int has_crypt_info, tzr_tensor_header *h) {
+    memset(h, 0, sizeof *h);
+    tzr_cursor c = tzr_cursor_make(buf, len);
+    h->header_size = tzr_get64(&c);
+    if (h->header_size != len)
+        return tzr_fail(TZR_EFORMAT, "header size field says %llu bytes, index implies %zu",
+                        (unsigned long long)h->header_size, len);
+    h->module_idx = tzr_get16(&c);
+    h->type = tzr_get8(&c);
+    h->name_len = tzr_get16(&c);
+    h->name = tzr_cursor_take(&c, h->name_len);
+    h->dtype_len = tzr_get8(&c);
+    h->dtype = tzr_cursor_take(&c, h->dtype_len);
+    h->ndim = tzr_get8(&c);
+    h->dims = tzr_cursor_take(&c, 4u * h->ndim);
+    uint16_t hash_len = tzr_get16(&c);
+    size_t hash_end = c.pos + hash_len;
+    if (c.bad) return tzr_fail(TZR_EFORMAT, "tensor header is truncated (%zu bytes)", len);
+    if (hash_len > tzr_cursor_left(&c))
+        return tzr_fail(TZR_EFORMAT, "hash section of %u bytes runs past the header", hash_len);
+    tzr_cursor hc = tzr_cursor_make(buf + c.pos, hash_len);
+    uint8_t count = tzr_get8(&hc);
+    for (uint8_t i = 0; i < count; i++) {
+        uint8_t type = tzr_get8(&hc);
+        uint8_t hlen = tzr_get8(&hc);
+        size_t at = c.pos + hc.pos;
+        const uint8_t *val = tzr_cursor_take(&hc, hlen);
+        if (hc.bad) return tzr_fail(TZR_EFORMAT, "hash entry %u runs past the hash section", i);
+        if (type == TZR_HASH_CRC32 && hlen == 4) {
+            h->has_crc32 = 1;
+            h->crc32 = tzr_ld32(val);
+            h->crc32_at = at;
+        } else if (type == TZR_HASH_SHA256 && hlen == 32) {
+            h->has_sha256 = 1;
+            h->sha256 = val;
+            h->sha256_at = at;
+        } else {
+            return tzr_fail(TZR_EFORMAT, "unknown hash type %u with length %u", type, hlen);
+        }
+    }
+    c.pos = hash_end;
+    if (has_crypt_info) {
+        h->crypt_start = c.pos;
+        uint64_t clen = tzr_get64(&c);
+        if (c.bad || clen > tzr_cursor_left(&c))
+            return tzr_fail(TZR_EFORMAT, "crypt block of %llu bytes runs past the header",
+                            (unsigned long long)clen);
+        size_t body = c.pos;
+        tzr_cursor_take(&c, clen);
+        h->crypt_end = c.pos;
+        int rc = parse_crypt_block(buf, body, h->crypt_end, &h->crypt);
+        if (rc) return rc;
+    }
+    /* data_length is the last 8 bytes; anything between is ignored (but
+     * hashed), as tensorizer does. */
+    if (tzr_cursor_left(&c) < 8)
+        return tzr_fail(TZR_EFORMAT, "tensor header has no room for the data length");
+    h->data_length = (int64_t)tzr_ld64(buf + len - 8);
+    if (h->data_length < 0)
+        return tzr_fail(TZR_EFORMAT, "negative data length %lld", (long long)h->data_length);
+    return 0;
+}
+
+size_t tzr_hashable_header(const uint8_t *buf, size_t len, const tzr_tensor_header *h, uint8_t *out) {
+    size_t n = 0;
+    if (h->crypt_end > h->crypt_start) {
+        memcpy(out, buf, h->crypt_start);
+        memcpy(out + h->crypt_start, buf + h->crypt_end, len - h->crypt_end);
+        n = len - (h->crypt_end - h->crypt_start);
+    } else {
+        memcpy(out, buf, len);
+        n = len;
+    }
+    /* Hash values precede the crypt block, so their offsets are unchanged. */
+    if (h->has_crc32) memset(out + h->crc32_at, 0, 4);
+    if (h->has_sha256) memset(out + h->sha256_at, 0, 32);
+    return n;
+}
+
+static size_t crypt_block_size(const tzr_header_spec *s) {
+    if (!s->crypt_block) return 0;
+    size_t n = 8 + 2;
+    if (s->encrypted) {
+        if (s->with_kdf) n += 8 + 2 + 2 + 8 + 8 + 4 + 2 + TZR_SALT_BYTES;
+        n += 8 + 2 + 8 + TZR_NONCE_BYTES + 8 + TZR_MAC_BYTES * (size_t)s->num_macs;
+    }
+    return n;
+}
+
+size_t tzr_header_size(const tzr_header_spec *s) {
+    size_t hashes = s->encrypted ? 2 + 1 + 34 : 2 + 1 + 6 + 34;
+    return 8 + 2 + 1 + 2 + s->name_len + 1 + s->dtype_len + 1 + 4u * s->ndim + hashes +
+           crypt_block_size(s) + 8;
+}
+
+void tzr_emit_tensor_header(uint8_t *out, const tzr_header_spec *s, tzr_header_slots *slots) {
+    size_t size = tzr_header_size(s);
+    uint8_t *p = out;
+    memset(out, 0, size);
+    memset(slots, 0, sizeof *slots);
+    tzr_st64(p, size);
+    tzr_st16(p + 8, s->module_idx);
+    p[10] = s->type;
+    tzr_st16(p + 11, s->name_len);
+    p += 13;
+    memcpy(p, s->name, s->name_len);
+    p += s->name_len;
+    *p++ = s->dtype_len;
+    memcpy(p, s->dtype, s->dtype_len);
+    p += s->dtype_len;
+    *p++ = s->ndim;
+    for (uint8_t i = 0; i < s->ndim; i++, p += 4) tzr_st32(p, (uint32_t)s->shape[i]);
+    /* Unencrypted: CRC32 then SHA-256; encrypted data: SHA-256 only. */
+    tzr_st16(p, s->encrypted ? 35 : 41);
+    p[2] = s->encrypted ? 1 : 2;
+    p += 3;
+    if (!s->encrypted) {
+        p[0] = TZR_HASH_CRC32;
+        p[1] = 4;
+        slots->crc32_at = (size_t)(p + 2 - out);
+        p += 6;
+    }
+    p[0] = TZR_HASH_SHA256;
+    p[1] = 32;
+    slots->sha256_at = (size_t)(p + 2 - out);
+    p += 34;
+    if (s->crypt_block) {
+        size_t cb = crypt_block_size(s);
+        slots->crypt_start = (size_t)(p - out);
+        slots->crypt_end = slots->crypt_start + cb;
+        tzr_st64(p, cb - 8);
+        p += 8;
+        if (!s->encrypted) {
+            tzr_st16(p, 0); /* empty CryptInfo: no chunks */
+            p += 2;
+        } else {
+            tzr_st16(p, s->with_kdf ? 2 : 1);
+            p += 2;
+            if (s->with_kdf) {
+                tzr_st64(p, 2 + 2 + 8 + 8 + 4 + 2 + TZR_SALT_BYTES);
+                tzr_st16(p + 8, TZR_CHUNK_KDF);
+                tzr_st16(p + 10, TZR_KDF_PWHASH);
+                tzr_st64(p + 12, s->opslimit);
+                tzr_st64(p + 20, s->memlimit);
+                tzr_st32(p + 28, TZR_ALG_ARGON2ID13);
+                tzr_st16(p + 32, TZR_SALT_BYTES);
+                memcpy(p + 34, s->salt, TZR_SALT_BYTES);
+                p += 34 + TZR_SALT_BYTES;
+            }
+            tzr_st64(p, 2 + 8 + TZR_NONCE_BYTES + 8 + TZR_MAC_BYTES * s->num_macs);
+            tzr_st16(p + 8, TZR_CHUNK_XSALSA_PARALLEL);
+            tzr_st64(p + 10, TZR_CRYPT_CHUNK);
+            memcpy(p + 18, s->nonce, TZR_NONCE_BYTES);
+            tzr_st64(p + 42, s->num_macs);
+            slots->macs_at = (size_t)(p + 50 - out);
+            p += 50 + TZR_MAC_BYTES * s->num_macs;
+        }
+    }
+    tzr_st64(p, s->data_length);
+}

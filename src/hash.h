@@ -1,0 +1,20 @@
+/* CRC32 (zlib's, via libdeflate) and SHA-256 (OpenSSL) over
+ * hashable-header || data, the way tensorizer hashes a tensor. */
+#ifndef TZR_HASH_H
+#define TZR_HASH_H
+#include "internal.h"
+
+typedef struct tzr_hasher {
+    int want_crc, want_sha;
+    uint32_t crc;
+    void *sha; /* EVP_MD_CTX */
+} tzr_hasher;
+
+TZR_HIDDEN int tzr_hasher_init(tzr_hasher *h, int want_crc, int want_sha);
+TZR_HIDDEN void tzr_hasher_update(tzr_hasher *h, const void *data, size_t len);
+/* Writes the results; frees the state. sha may be NULL when not wanted. */
+TZR_HIDDEN int tzr_hasher_final(tzr_hasher *h, uint32_t *crc, uint8_t sha[32]);
+TZR_HIDDEN void tzr_hasher_free(tzr_hasher *h);
+TZR_HIDDEN uint32_t tzr_crc32(uint32_t crc, const void *data, size_t len);
+TZR_HIDDEN void tzr_sha256(const void *data, size_t len, uint8_t out[32]);
+#endif

@@ -1,0 +1,498 @@
+/* Reader: validates the prologue and index up front, reads tensor headers
+ * on demand (or all at open), then data with decryption and verification.
+ * Positional reads only, so any thread may read any tensor. */
+#include "crypt.h"
+#include "names.h"
+#include "reader_internal.h"
+#include "source_path.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define DEFAULT_MAX_TENSORS (1u << 24)
+#define DEFAULT_MAX_INDEX ((uint64_t)1 << 30)
+#define MAX_HEADER_BYTES ((uint64_t)64 << 20)
+
+typedef struct tensor_slot {
+    tzr_tensor_info info;
+    uint8_t *hdr_bytes;     /* NULL until the header was read */
+    tzr_tensor_header hdr;  /* points into hdr_bytes */
+} tensor_slot;
+
+typedef struct derived_key {
+    uint64_t ops, mem;
+    int32_t alg;
+    uint8_t salt[TZR_SALT_BYTES];
+    uint8_t key[32];
+} derived_key;
+
+struct tzr_reader {
+    tzr_source *src;
+    tzr_file_header fh;
+    int crypt_info;
+    size_t n;
+    tensor_slot *t;
+    uint64_t *dims;
+    uint32_t *buckets;      /* open addressing, index+1, 0 = empty */
+    size_t nbuckets;
+    int verify;
+    int have_key;
+    uint8_t key[32];
+    char *password;
+    size_t password_len;
+    pthread_mutex_t lock;   /* header cache and derived keys */
+    derived_key *dkeys;
+    size_t ndkeys;
+};
+
+static uint64_t hash_bytes(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
+    return h;
+}
+
+const char *tzr_reader_what(const tzr_reader *r, size_t i, char *buf, size_t cap) {
+    char nb[TZR_NAMEBUF];
+    const tzr_tensor_info *t = &r->t[i].info;
+    snprintf(buf, cap, "%s: tensor '%s'", r->src->name, tzr_printable(t->name, t->name_len, nb, sizeof nb));
+    return buf;
+}
+
+int tzr_reader_verifying(const tzr_reader *r) { return r->verify; }
+
+static int find_slot(const tzr_reader *r, const char *name, size_t len, size_t *index) {
+    if (!r->nbuckets) return TZR_ENOTFOUND;
+    size_t b = (size_t)(hash_bytes(name, len) & (r->nbuckets - 1));
+    while (r->buckets[b]) {
+        const tzr_tensor_info *t = &r->t[r->buckets[b] - 1].info;
+        if (t->name_len == len && memcmp(t->name, name, len) == 0) {
+            *index = r->buckets[b] - 1;
+            return 0;
+        }
+        b = (b + 1) & (r->nbuckets - 1);
+    }
+    return TZR_ENOTFOUND;
+}
+
+/* Index entry e becomes tensor i; every field is checked before use. */
+static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_t entry_off,
+                      uint64_t data_start, uint64_t *prev_end, size_t *dims_used) {
+    tensor_slot *s = &r->t[i];
+    tzr_tensor_info *t = &s->info;
+    char nb[TZR_NAMEBUF];
+    const char *shown = tzr_printable((const char *)e->name, e->name_len, nb, sizeof nb);
+#define BAD(code, ...)                                                                                    \
+    do {                                                                                                  \
+        char m_[512];                                                                                     \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                                                             \
+        return tzr_fail(code, "%s: tensor '%s' (index entry %zu at offset %llu): %s", r->src->name, shown, \
+                        i, (unsigned long long)entry_off, m_);                                            \
+    } while (0)
+    char *name = malloc((size_t)e->name_len + 1);
+    char *dtype = malloc((size_t)e->dtype_len + 1);
+    if (!name || !dtype) {
+        free(name);
+        free(dtype);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    memcpy(name, e->name, e->name_len);
+    name[e->name_len] = 0;
+    memcpy(dtype, e->dtype, e->dtype_len);
+    dtype[e->dtype_len] = 0;
+    t->name = name;
+    t->name_len = e->name_len;
+    t->dtype_str = dtype;
+    t->dtype_len = e->dtype_len;
+    t->module_idx = -1;
+    if (tzr_name_check(name, e->name_len, &t->structured)) BAD(TZR_EFORMAT, "%s", tzr_last_error());
+    if (e->type > TZR_STATE_DICT) BAD(TZR_EFORMAT, "unknown tensor type %u", e->type);
+    if (t->structured && e->type != TZR_STATE_DICT)
+        BAD(TZR_EFORMAT, "structured names are only allowed on state_dict tensors");
+    t->type = (tzr_tensor_type)e->type;
+    if (tzr_dtype_parse(dtype, e->dtype_len, &t->dtype, &t->itemsize, &t->opaque))
+        BAD(TZR_EFORMAT, "dtype: %s", tzr_last_error());
+    t->ndim = e->ndim;
+    t->numel = 1;
+    /* Dims live in one pool sized by the index (4 bytes each on disk). */
+    uint64_t *shape = r->dims + *dims_used;
+    *dims_used += t->ndim;
+    for (uint32_t d = 0; d < t->ndim; d++) {
+        shape[d] = tzr_ld32(e->dims + 4 * d);
+        if (!tzr_mul_ok(t->numel, tzr_ld32(e->dims + 4 * d), &t->numel)) BAD(TZR_ELIMIT, "shape overflows");
+    }
+    t->shape = shape;
+    if (!tzr_mul_ok(t->numel, t->itemsize, &t->nbytes)) BAD(TZR_ELIMIT, "byte size overflows");
+    t->header_offset = e->header_offset;
+    t->data_offset = e->data_offset;
+    t->data_length = e->data_length;
+    t->meta = e->data_length == 0 && t->nbytes > 0;
+    uint64_t end;
+    if (e->header_offset < data_start || e->header_offset < *prev_end)
+        BAD(TZR_EFORMAT, "header offset %llu overlaps the index or the previous tensor",
+            (unsigned long long)e->header_offset);
+    if (e->data_offset <= e->header_offset || e->data_offset - e->header_offset > MAX_HEADER_BYTES ||
+        e->data_offset - e->header_offset < 66)
+        BAD(TZR_EFORMAT, "data offset %llu is inconsistent with header offset %llu",
+            (unsigned long long)e->data_offset, (unsigned long long)e->header_offset);
+    if (!tzr_add_ok(e->data_offset, e->data_length, &end) || end > r->src->size)
+        BAD(TZR_ETRUNC, "data [%llu, +%llu) runs past the end of the file (%llu bytes)",
+            (unsigned long long)e->data_offset, (unsigned long long)e->data_length,
+            (unsigned long long)r->src->size);
+    if (!t->meta && e->data_length != t->nbytes)
+        BAD(TZR_EFORMAT, "data length %llu disagrees with shape and dtype (%llu bytes)",
+            (unsigned long long)e->data_length, (unsigned long long)t->nbytes);
+    *prev_end = end;
+    size_t found;
+    if (find_slot(r, name, e->name_len, &found) == 0) BAD(TZR_EDUP, "duplicate name (also entry %zu)", found);
+    size_t b = (size_t)(hash_bytes(name, e->name_len) & (r->nbuckets - 1));
+    while (r->buckets[b]) b = (b + 1) & (r->nbuckets - 1);
+    r->buckets[b] = (uint32_t)(i + 1);
+#undef BAD
+    return 0;
+}
+
+/* Parse header bytes of tensor i and check them against its index entry. */
+static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len, tzr_tensor_header *h) {
+    const tzr_tensor_info *t = &r->t[i].info;
+    char what[TZR_NAMEBUF + 256];
+    tzr_reader_what(r, i, what, sizeof what);
+    int rc = tzr_parse_tensor_header(bytes, len, r->crypt_info, h);
+    if (rc) return tzr_fail_prefix(rc, "%s: header at offset %llu: ", what, (unsigned long long)t->header_offset);
+    const char *field = NULL;
+    if (h->name_len != t->name_len || memcmp(h->name, t->name, t->name_len) != 0) field = "name";
+    else if (h->type != t->type) field = "tensor type";
+    else if (h->dtype_len != t->dtype_len || memcmp(h->dtype, t->dtype_str, t->dtype_len) != 0) field = "dtype";
+    else if (h->ndim != t->ndim) field = "shape";
+    else if ((uint64_t)h->data_length != t->data_length) field = "data length";
+    if (!field)
+        for (uint32_t d = 0; d < t->ndim; d++)
+            if (tzr_ld32(h->dims + 4 * d) != t->shape[d]) field = "shape";
+    if (field)
+        return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu disagrees with the index on the %s", what,
+                        (unsigned long long)t->header_offset, field);
+    if (r->crypt_info && !h->crypt.encrypted && t->data_length > 0)
+        return tzr_fail(TZR_ECRYPT, "%s: header at offset %llu: data is not encrypted in an encrypted file",
+                        what, (unsigned long long)t->header_offset);
+    if (h->crypt.encrypted && h->crypt.chunk_type == TZR_CHUNK_XSALSA_PARALLEL && h->crypt.num_macs != 1 &&
+        tzr_crypt_num_chunks(t->data_length, h->crypt.chunk_size) != h->crypt.num_macs)
+        return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu: %llu MACs for %llu bytes", what,
+                        (unsigned long long)t->header_offset, (unsigned long long)h->crypt.num_macs,
+                        (unsigned long long)t->data_length);
+    return 0;
+}
+
+int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len) {
+    tensor_slot *s = &r->t[i];
+    pthread_mutex_lock(&r->lock);
+    int have = s->hdr_bytes != NULL;
+    pthread_mutex_unlock(&r->lock);
+    if (have) return 0;
+    uint8_t *copy = malloc(len);
+    if (!copy) return tzr_fail(TZR_ENOMEM, "out of memory");
+    memcpy(copy, bytes, len);
+    tzr_tensor_header h;
+    int rc = check_header(r, i, copy, len, &h);
+    if (rc) {
+        free(copy);
+        return rc;
+    }
+    pthread_mutex_lock(&r->lock);
+    if (!s->hdr_bytes) {
+        s->hdr_bytes = copy;
+        s->hdr = h;
+        s->info.module_idx = h.module_idx;
+        s->info.encrypted = h.crypt.encrypted;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&r->lock);
+    free(copy);
+    return 0;
+}
+
+int tzr_reader_header(tzr_reader *r, size_t i, const tzr_tensor_header **h) {
+    tensor_slot *s = &r->t[i];
+    pthread_mutex_lock(&r->lock);
+    int have = s->hdr_bytes != NULL;
+    pthread_mutex_unlock(&r->lock);
+    if (!have) {
+        size_t len = (size_t)(s->info.data_offset - s->info.header_offset);
+        uint8_t *buf = malloc(len);
+        if (!buf) return tzr_fail(TZR_ENOMEM, "out of memory");
+        int rc = r->src->read_at(r->src, buf, len, s->info.header_offset);
+        if (!rc) rc = tzr_reader_install_header(r, i, buf, len);
+        free(buf);
+        if (rc) return rc;
+    }
+    *h = &s->hdr;
+    return 0;
+}
+
+int tzr_reader_tensor_key(tzr_reader *r, size_t i, uint8_t key[32]) {
+    const tzr_tensor_header *h;
+    int rc = tzr_reader_header(r, i, &h);
+    if (rc) return rc;
+    char what[TZR_NAMEBUF + 256];
+    const tzr_crypt_info *ci = &h->crypt;
+    if (r->password) {
+        if (!ci->has_kdf)
+            return tzr_fail(TZR_ECRYPT, "%s: no key derivation parameters stored; decrypt with the raw key",
+                            tzr_reader_what(r, i, what, sizeof what));
+        if (ci->salt_len != TZR_SALT_BYTES)
+            return tzr_fail(TZR_ECRYPT, "%s: salt of %u bytes", tzr_reader_what(r, i, what, sizeof what),
+                            ci->salt_len);
+        pthread_mutex_lock(&r->lock);
+        for (size_t k = 0; k < r->ndkeys; k++) {
+            derived_key *d = &r->dkeys[k];
+            if (d->ops == ci->opslimit && d->mem == ci->memlimit && d->alg == ci->alg &&
+                memcmp(d->salt, ci->salt, TZR_SALT_BYTES) == 0) {
+                memcpy(key, d->key, 32);
+                pthread_mutex_unlock(&r->lock);
+                return 0;
+            }
+        }
+        /* Derive under the lock: parallel loaders would otherwise all run
+         * the same memory-hard function at once. */
+        derived_key d = {ci->opslimit, ci->memlimit, ci->alg, {0}, {0}};
+        memcpy(d.salt, ci->salt, TZR_SALT_BYTES);
+        rc = tzr_crypt_derive(d.key, r->password, r->password_len, ci->salt, ci->salt_len, ci->opslimit,
+                              ci->memlimit, ci->alg);
+        if (!rc) {
+            derived_key *grown = realloc(r->dkeys, (r->ndkeys + 1) * sizeof *grown);
+            if (grown) {
+                r->dkeys = grown;
+                r->dkeys[r->ndkeys++] = d;
+            }
+            memcpy(key, d.key, 32);
+        }
+        pthread_mutex_unlock(&r->lock);
+        if (rc) return tzr_fail_prefix(rc, "%s: ", tzr_reader_what(r, i, what, sizeof what));
+        return 0;
+    }
+    if (!r->have_key)
+        return tzr_fail(TZR_ECRYPT, "%s is encrypted: a key or password is needed",
+                        tzr_reader_what(r, i, what, sizeof what));
+    memcpy(key, r->key, 32);
+    return 0;
+}
+
+int tzr_reader_hash_begin(tzr_reader *r, size_t i, tzr_hasher *hs) {
+    const tzr_tensor_header *h;
+    int rc = tzr_reader_header(r, i, &h);
+    if (rc) return rc;
+    if (!h->has_crc32 && !h->has_sha256) {
+        char what[TZR_NAMEBUF + 256];
+        return tzr_fail(TZR_EHASH, "%s: no hashes stored to verify", tzr_reader_what(r, i, what, sizeof what));
+    }
+    rc = tzr_hasher_init(hs, h->has_crc32, h->has_sha256);
+    if (rc) return rc;
+    size_t len = (size_t)h->header_size;
+    uint8_t stackbuf[512];
+    uint8_t *tmp = len <= sizeof stackbuf ? stackbuf : malloc(len);
+    if (!tmp) {
+        tzr_hasher_free(hs);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    size_t n = tzr_hashable_header(r->t[i].hdr_bytes, len, h, tmp);
+    tzr_hasher_update(hs, tmp, n);
+    if (tmp != stackbuf) free(tmp);
+    return 0;
+}
+
+int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs) {
+    const tzr_tensor_header *h = &r->t[i].hdr;
+    uint32_t crc = 0;
+    uint8_t sha[32];
+    tzr_hasher_final(hs, &crc, sha);
+    char what[TZR_NAMEBUF + 256];
+    const tzr_tensor_info *t = &r->t[i].info;
+    if (h->has_crc32 && crc != h->crc32)
+        return tzr_fail(TZR_EHASH, "%s at offset %llu: crc32 mismatch (stored %08x, computed %08x)",
+                        tzr_reader_what(r, i, what, sizeof what), (unsigned long long)t->data_offset, h->crc32, crc);
+    if (h->has_sha256 && memcmp(sha, h->sha256, 32) != 0)
+        return tzr_fail(TZR_EHASH, "%s at offset %llu: sha256 mismatch", tzr_reader_what(r, i, what, sizeof what),
+                        (unsigned long long)t->data_offset);
+    return 0;
+}
+
+static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len) {
+    uint64_t n = r->fh.tensor_count;
+    r->n = (size_t)n;
+    r->t = calloc(n ? n : 1, sizeof *r->t);
+    r->dims = calloc((size_t)(len / 4) + 1, sizeof *r->dims);
+    r->nbuckets = 16;
+    while (r->nbuckets < 2 * n) r->nbuckets *= 2;
+    r->buckets = calloc(r->nbuckets, sizeof *r->buckets);
+    if (!r->t || !r->dims || !r->buckets) return tzr_fail(TZR_ENOMEM, "out of memory for %llu tensors", (unsigned long long)n);
+    tzr_cursor c = tzr_cursor_make(index, (size_t)len);
+    uint64_t data_start = TZR_PROLOGUE_LEN + r->fh.metadata_len, prev_end = 0;
+    size_t dims_used = 0;
+    for (size_t i = 0; i < n; i++) {
+        tzr_index_entry e;
+        size_t at = c.pos;
+        if (tzr_parse_index_entry(&c, &e))
+            return tzr_fail(TZR_EFORMAT, "%s: index entry %zu at offset %llu runs past the %llu-byte index",
+                            r->src->name, i, (unsigned long long)(TZR_PROLOGUE_LEN + at), (unsigned long long)len);
+        int rc = load_entry(r, i, &e, TZR_PROLOGUE_LEN + at, data_start, &prev_end, &dims_used);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_options *opt) {
+    *out = NULL;
+    tzr_reader_options defaults = TZR_READER_OPTIONS_INIT;
+    if (!opt) opt = &defaults;
+    if (!src) return tzr_fail(TZR_EINVAL, "NULL source");
+    tzr_reader *r = calloc(1, sizeof *r);
+    if (!r) {
+        tzr_source_free(src);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    r->src = src;
+    pthread_mutex_init(&r->lock, NULL);
+    r->verify = opt->verify;
+    int rc = 0;
+    if (opt->crypt.key) {
+        memcpy(r->key, opt->crypt.key, 32);
+        r->have_key = 1;
+    }
+    if (opt->crypt.password) {
+        r->password = malloc(opt->crypt.password_len + 1);
+        if (!r->password) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        else memcpy(r->password, opt->crypt.password, opt->crypt.password_len);
+        r->password_len = opt->crypt.password_len;
+    }
+    uint8_t pro[TZR_PROLOGUE_LEN];
+    size_t plen = src->size < TZR_PROLOGUE_LEN ? (size_t)src->size : TZR_PROLOGUE_LEN;
+    if (!rc) rc = src->read_at(src, pro, plen, 0);
+    if (!rc) rc = tzr_parse_prologue(pro, plen, &r->fh);
+    if (rc && tzr_last_error()[0] && strncmp(tzr_last_error(), src->name, strlen(src->name)) != 0)
+        tzr_fail_prefix(rc, "%s: ", src->name);
+    uint64_t max_index = opt->max_index_bytes ? opt->max_index_bytes : DEFAULT_MAX_INDEX;
+    uint64_t max_tensors = opt->max_tensors ? opt->max_tensors : DEFAULT_MAX_TENSORS;
+    if (!rc && r->fh.metadata_len > src->size - TZR_PROLOGUE_LEN)
+        rc = tzr_fail(TZR_ETRUNC, "%s: offset 65: index length %llu runs past the end of the file (%llu bytes)",
+                      src->name, (unsigned long long)r->fh.metadata_len, (unsigned long long)src->size);
+    if (!rc && r->fh.metadata_len > max_index)
+        rc = tzr_fail(TZR_ELIMIT, "%s: offset 65: index length %llu exceeds the limit %llu", src->name,
+                      (unsigned long long)r->fh.metadata_len, (unsigned long long)max_index);
+    if (!rc && (r->fh.tensor_count > max_tensors || r->fh.tensor_count > r->fh.metadata_len / 29))
+        rc = tzr_fail(TZR_EFORMAT, "%s: offset 57: tensor count %llu cannot fit in a %llu-byte index", src->name,
+                      (unsigned long long)r->fh.tensor_count, (unsigned long long)r->fh.metadata_len);
+    r->crypt_info = tzr_has_crypt_info(&r->fh);
+    if (!rc && (r->have_key || r->password) && !r->crypt_info)
+        rc = tzr_fail(TZR_ECRYPT, "%s: a key was given but the file is not encrypted", src->name);
+    if (!rc) {
+        uint8_t *index = malloc(r->fh.metadata_len ? (size_t)r->fh.metadata_len : 1);
+        if (!index) rc = tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte index", (unsigned long long)r->fh.metadata_len);
+        if (!rc) rc = src->read_at(src, index, (size_t)r->fh.metadata_len, TZR_PROLOGUE_LEN);
+        if (!rc) rc = parse_index(r, index, r->fh.metadata_len);
+        free(index);
+    }
+    for (size_t i = 0; !rc && opt->read_headers && i < r->n; i++) {
+        const tzr_tensor_header *h;
+        rc = tzr_reader_header(r, i, &h);
+    }
+    if (rc) {
+        tzr_reader_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+int tzr_reader_open(tzr_reader **out, const char *path, const tzr_reader_options *opt) {
+    *out = NULL;
+    tzr_source *src;
+    int rc = tzr_source_open_path(&src, path, 0);
+    if (rc) return rc;
+    return tzr_reader_open_source(out, src, opt);
+}
+
+void tzr_reader_free(tzr_reader *r) {
+    if (!r) return;
+    for (size_t i = 0; r->t && i < r->n; i++) {
+        free((char *)r->t[i].info.name);
+        free((char *)r->t[i].info.dtype_str);
+        free(r->t[i].hdr_bytes);
+    }
+    free(r->t);
+    free(r->dims);
+    free(r->buckets);
+    if (r->password) {
+        memset(r->password, 0, r->password_len);
+        free(r->password);
+    }
+    if (r->dkeys) memset(r->dkeys, 0, r->ndkeys * sizeof *r->dkeys);
+    free(r->dkeys);
+    memset(r->key, 0, sizeof r->key);
+    pthread_mutex_destroy(&r->lock);
+    tzr_source_free(r->src);
+    free(r);
+}
+
+uint32_t tzr_reader_data_version(const tzr_reader *r) { return r->fh.version; }
+int tzr_reader_encrypted(const tzr_reader *r) { return r->crypt_info; }
+size_t tzr_reader_count(const tzr_reader *r) { return r->n; }
+tzr_source *tzr_reader_source(const tzr_reader *r) { return r->src; }
+
+const tzr_tensor_info *tzr_reader_tensor(const tzr_reader *r, size_t i) {
+    return i < r->n ? &r->t[i].info : NULL;
+}
+
+int tzr_reader_find(const tzr_reader *r, const char *name, size_t name_len, size_t *index) {
+    if (find_slot(r, name, name_len, index) != 0) {
+        char nb[TZR_NAMEBUF];
+        return tzr_fail(TZR_ENOTFOUND, "%s: no tensor named '%s'", r->src->name,
+                        tzr_printable(name, name_len, nb, sizeof nb));
+    }
+    return 0;
+}
+
+/* Read, decrypt and (optionally) verify tensor i into dst. */
+static int read_tensor(tzr_reader *r, size_t i, void *dst, size_t dst_len, int verify) {
+    if (i >= r->n) return tzr_fail(TZR_EINVAL, "tensor index %zu out of range (%zu tensors)", i, r->n);
+    const tzr_tensor_info *t = &r->t[i].info;
+    char what[TZR_NAMEBUF + 256];
+    if (dst && dst_len < t->nbytes)
+        return tzr_fail(TZR_EINVAL, "%s: buffer of %zu bytes is smaller than the tensor (%llu)",
+                        tzr_reader_what(r, i, what, sizeof what), dst_len, (unsigned long long)t->nbytes);
+    const tzr_tensor_header *h;
+    int rc = tzr_reader_header(r, i, &h);
+    if (rc) return rc;
+    uint8_t *buf = dst;
+    if (!buf && t->data_length) {
+        buf = malloc((size_t)t->data_length);
+        if (!buf) return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    if (t->data_length) rc = r->src->read_at(r->src, buf, (size_t)t->data_length, t->data_offset);
+    if (rc) rc = tzr_fail_prefix(rc, "%s: ", tzr_reader_what(r, i, what, sizeof what));
+    if (!rc && h->crypt.encrypted && t->data_length) {
+        uint8_t key[32];
+        rc = tzr_reader_tensor_key(r, i, key);
+        if (!rc) rc = tzr_crypt_open(&h->crypt, key, t->data_length, 0, buf, (size_t)t->data_length);
+        if (rc && tzr_last_error_code() == rc && strstr(tzr_last_error(), "tensor '") == NULL)
+            tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(r, i, what, sizeof what),
+                            (unsigned long long)t->data_offset);
+        memset(key, 0, sizeof key);
+    }
+    if (!rc && verify) {
+        tzr_hasher hs;
+        rc = tzr_reader_hash_begin(r, i, &hs);
+        if (!rc) {
+            tzr_hasher_update(&hs, buf, (size_t)t->data_length);
+            rc = tzr_reader_hash_check(r, i, &hs);
+        }
+    }
+    if (!rc && t->meta && dst) memset(dst, 0, (size_t)t->nbytes);
+    if (buf != dst) free(buf);
+    return rc;
+}
+
+int tzr_reader_read(tzr_reader *r, size_t i, void *dst, size_t dst_len) {
+    if (!dst && i < r->n && r->t[i].info.nbytes) return tzr_fail(TZR_EINVAL, "NULL destination");
+    return read_tensor(r, i, dst, dst_len, r->verify);
+}
+
+int tzr_reader_verify(tzr_reader *r, size_t i) { return read_tensor(r, i, NULL, 0, 1); }

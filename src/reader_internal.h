@@ -1,0 +1,24 @@
+/* What the pipelined loader needs from the reader beyond the public API. */
+#ifndef TZR_READER_INTERNAL_H
+#define TZR_READER_INTERNAL_H
+
+#include "format.h"
+#include "hash.h"
+
+/* The parsed header of tensor i, reading it from the source on first use.
+ * Thread-safe. */
+TZR_HIDDEN int tzr_reader_header(tzr_reader *r, size_t i, const tzr_tensor_header **h);
+/* Hand over header bytes the caller already read (a coalesced read);
+ * parsed and checked against the index exactly like a fresh read. */
+TZR_HIDDEN int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len);
+/* The 32-byte key for an encrypted tensor (derived and cached). */
+TZR_HIDDEN int tzr_reader_tensor_key(tzr_reader *r, size_t i, uint8_t key[32]);
+/* Start a hash of tensor i: feeds the hashable header. */
+TZR_HIDDEN int tzr_reader_hash_begin(tzr_reader *r, size_t i, tzr_hasher *hs);
+/* Finish and compare with the stored hashes (frees hs). */
+TZR_HIDDEN int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs);
+TZR_HIDDEN int tzr_reader_verifying(const tzr_reader *r);
+/* "file: tensor 'name'" prefix for messages. */
+TZR_HIDDEN const char *tzr_reader_what(const tzr_reader *r, size_t i, char *buf, size_t cap);
+
+#endif

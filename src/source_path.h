@@ -1,0 +1,10 @@
+#ifndef TZR_SOURCE_PATH_H
+#define TZR_SOURCE_PATH_H
+#include "internal.h"
+/* 1 if path is an s3:// or http(s):// URL. */
+TZR_HIDDEN int tzr_is_url(const char *path);
+/* Local path or URL to a source. */
+TZR_HIDDEN int tzr_source_open_path(tzr_source **out, const char *path, unsigned flags);
+/* Local path (atomic file) or s3:// URL (multipart upload) to an output. */
+TZR_HIDDEN int tzr_output_open_path(tzr_output **out, const char *path);
+#endif

@@ -1,0 +1,327 @@
+/* Writer: records go out in order right after the index reservation; the
+ * prologue and index are written last, once every offset is known, so the
+ * output is byte-identical to tensorizer's for the same tensors. */
+#include "crypt.h"
+#include "hash.h"
+#include "names.h"
+#include "source_path.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_WRITE ((size_t)1 << 30)
+
+struct tzr_writer {
+    tzr_output *out;
+    uint64_t meta_size;
+    uint8_t *index;
+    size_t index_used;
+    uint64_t pos;
+    uint32_t version;
+    int encrypted;
+    int with_kdf;
+    uint8_t key[32];
+    uint64_t opslimit, memlimit;
+    uint8_t salt[TZR_SALT_BYTES];
+    uint64_t tensor_size, count;
+    char **names;            /* open-addressing set for duplicate checks */
+    size_t *name_lens;
+    size_t nslots;
+    int failed;
+};
+
+static uint64_t name_hash(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Adds the name; TZR_EDUP if present. */
+static int name_set_add(tzr_writer *w, const char *name, size_t len) {
+    if (2 * (w->count + 1) > w->nslots) {
+        size_t ns = w->nslots ? w->nslots * 2 : 64;
+        char **names = calloc(ns, sizeof *names);
+        size_t *lens = calloc(ns, sizeof *lens);
+        if (!names || !lens) {
+            free(names);
+            free(lens);
+            return tzr_fail(TZR_ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < w->nslots; i++) {
+            if (!w->names[i]) continue;
+            size_t b = name_hash(w->names[i], w->name_lens[i]) & (ns - 1);
+            while (names[b]) b = (b + 1) & (ns - 1);
+            names[b] = w->names[i];
+            lens[b] = w->name_lens[i];
+        }
+        free(w->names);
+        free(w->name_lens);
+        w->names = names;
+        w->name_lens = lens;
+        w->nslots = ns;
+    }
+    size_t b = name_hash(name, len) & (w->nslots - 1);
+    while (w->names[b]) {
+        if (w->name_lens[b] == len && memcmp(w->names[b], name, len) == 0) return TZR_EDUP;
+        b = (b + 1) & (w->nslots - 1);
+    }
+    char *copy = malloc(len ? len : 1);
+    if (!copy) return tzr_fail(TZR_ENOMEM, "out of memory");
+    memcpy(copy, name, len);
+    w->names[b] = copy;
+    w->name_lens[b] = len;
+    return 0;
+}
+
+int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writer_options *opt) {
+    *outp = NULL;
+    tzr_writer_options defaults = TZR_WRITER_OPTIONS_INIT;
+    if (!opt) opt = &defaults;
+    tzr_writer *w = calloc(1, sizeof *w);
+    if (!w) {
+        output->destroy(output);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    w->out = output;
+    w->meta_size = opt->metadata_size ? opt->metadata_size : TZR_DEFAULT_METADATA;
+    int rc = 0;
+    if (w->meta_size > ((uint64_t)1 << 30)) rc = tzr_fail(TZR_EINVAL, "metadata_size above 1 GiB");
+    if (!rc && !(w->index = calloc(1, (size_t)w->meta_size))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    w->pos = TZR_PROLOGUE_LEN + w->meta_size;
+    w->version = 1;
+    const tzr_crypt_params *cp = &opt->crypt;
+    if (!rc && (cp->key || cp->password)) {
+        rc = tzr_crypt_init();
+        w->encrypted = 1;
+        w->version = 3;
+        if (!rc && cp->key) {
+            memcpy(w->key, cp->key, 32);
+        } else if (!rc) {
+            /* tensorizer's EncryptionParams.from_string defaults: MODERATE. */
+            w->with_kdf = 1;
+            w->opslimit = cp->opslimit ? cp->opslimit : 3;
+            w->memlimit = cp->memlimit ? cp->memlimit : 268435456;
+            if (cp->salt) memcpy(w->salt, cp->salt, TZR_SALT_BYTES);
+            else tzr_random_bytes(w->salt, TZR_SALT_BYTES);
+            rc = tzr_crypt_derive(w->key, cp->password, cp->password_len, w->salt, TZR_SALT_BYTES, w->opslimit,
+                                  w->memlimit, TZR_ALG_ARGON2ID13);
+        }
+    }
+    if (rc) {
+        tzr_writer_abort(w);
+        return rc;
+    }
+    *outp = w;
+    return 0;
+}
+
+int tzr_writer_open(tzr_writer **out, const char *path, const tzr_writer_options *opt) {
+    *out = NULL;
+    tzr_output *o;
+    int rc = tzr_output_open_path(&o, path);
+    if (rc) return rc;
+    return tzr_writer_open_output(out, o, opt);
+}
+
+static int put(tzr_writer *w, const void *buf, uint64_t len, uint64_t off) {
+    const uint8_t *p = buf;
+    while (len > 0) {
+        size_t n = len > MAX_WRITE ? MAX_WRITE : (size_t)len;
+        int rc = w->out->pwrite_at(w->out, p, n, off);
+        if (rc) return rc;
+        p += n;
+        off += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* Encrypt data chunk by chunk into a bounce buffer (the caller's data is
+ * left untouched), hashing the plaintext first, writing ciphertext at its
+ * final place and collecting the MACs into the header. */
+static int write_encrypted(tzr_writer *w, const uint8_t *data, uint64_t len, uint64_t at, const uint8_t nonce[24],
+                           uint8_t *macs, tzr_hasher *hs) {
+    size_t cs = TZR_CRYPT_CHUNK;
+    uint8_t *bounce = malloc(cs);
+    if (!bounce) return tzr_fail(TZR_ENOMEM, "out of memory");
+    int rc = 0;
+    uint64_t chunk = 0;
+    for (uint64_t off = 0; off < len && !rc; off += cs, chunk++) {
+        size_t n = len - off < cs ? (size_t)(len - off) : cs;
+        tzr_hasher_update(hs, data + off, n);
+        memcpy(bounce, data + off, n);
+        rc = tzr_crypt_seal_chunk(nonce, chunk, w->key, bounce, n, macs + chunk * TZR_MAC_BYTES);
+        if (!rc) rc = put(w, bounce, n, at + off);
+    }
+    memset(bounce, 0, cs);
+    free(bounce);
+    return rc;
+}
+
+static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data) {
+    char nb[TZR_NAMEBUF];
+    const char *shown = d->name ? tzr_printable(d->name, d->name_len, nb, sizeof nb) : "";
+#define BAD(code, ...)                                                          \
+    do {                                                                        \
+        char m_[512];                                                           \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
+        return tzr_fail(code, "%s: tensor '%s': %s", w->out->name, shown, m_); \
+    } while (0)
+    if (!d->name || d->name_len == 0) BAD(TZR_EINVAL, "empty name");
+    if (d->name_len > 65535) BAD(TZR_ELIMIT, "name is %zu bytes; the format allows 65535", d->name_len);
+    int structured;
+    if (tzr_name_check(d->name, d->name_len, &structured)) BAD(TZR_EINVAL, "%s", tzr_last_error());
+    if (structured && d->type != TZR_STATE_DICT) BAD(TZR_EINVAL, "structured names need type state_dict");
+    if ((unsigned)d->type > TZR_STATE_DICT) BAD(TZR_EINVAL, "unknown tensor type %d", (int)d->type);
+    size_t dlen = d->dtype_len;
+    const char *dstr = d->dtype_str;
+    if (!dstr && !(dstr = tzr_dtype_string(d->dtype, &dlen))) BAD(TZR_EINVAL, "unknown dtype");
+    if (dlen > 255) BAD(TZR_ELIMIT, "dtype string longer than 255 bytes");
+    tzr_dtype dt;
+    uint32_t itemsize;
+    int opaque;
+    if (tzr_dtype_parse(dstr, dlen, &dt, &itemsize, &opaque)) BAD(TZR_EINVAL, "%s", tzr_last_error());
+    if (d->ndim > TZR_MAX_DIMS) BAD(TZR_ELIMIT, "%u dimensions; the format allows 255", d->ndim);
+    uint64_t numel = 1, nbytes;
+    for (uint32_t i = 0; i < d->ndim; i++) {
+        if (d->shape[i] > UINT32_MAX) BAD(TZR_ELIMIT, "dimension %u is %llu; the format stores 32-bit dims", i,
+                                          (unsigned long long)d->shape[i]);
+        if (!tzr_mul_ok(numel, d->shape[i], &numel)) BAD(TZR_ELIMIT, "shape overflows");
+    }
+    if (!tzr_mul_ok(numel, itemsize, &nbytes)) BAD(TZR_ELIMIT, "byte size overflows");
+    if (!d->meta && nbytes && !data) BAD(TZR_EINVAL, "NULL data");
+    int rc = name_set_add(w, d->name, d->name_len);
+    if (rc == TZR_EDUP) BAD(TZR_EDUP, "duplicate name");
+    if (rc) return rc;
+
+    uint64_t data_length = d->meta ? 0 : nbytes;
+    /* Zero-byte tensors in an encrypted file get an empty crypt block, like
+     * meta tensors (tensorizer 2.11.1 itself fails on them). */
+    int enc = w->encrypted && data_length > 0;
+    uint64_t num_macs = enc ? tzr_crypt_num_chunks(data_length, TZR_CRYPT_CHUNK) : 0;
+    uint8_t nonce[TZR_NONCE_BYTES];
+    if (enc) tzr_random_bytes(nonce, sizeof nonce);
+    tzr_header_spec spec = {d->module_idx, (uint8_t)d->type, (const uint8_t *)d->name, (uint16_t)d->name_len,
+                            (const uint8_t *)dstr, (uint8_t)dlen, (uint8_t)d->ndim, d->shape,
+                            w->encrypted, enc, enc && w->with_kdf, w->opslimit, w->memlimit, w->salt, nonce,
+                            num_macs, data_length};
+    size_t hsize = tzr_header_size(&spec);
+    size_t entry = tzr_index_entry_size(d->name_len, dlen, d->ndim);
+    if (entry > w->meta_size - w->index_used)
+        BAD(TZR_ELIMIT, "index full: entry %llu needs %zu bytes, %llu of the %llu-byte index are left",
+            (unsigned long long)w->count, entry, (unsigned long long)(w->meta_size - w->index_used),
+            (unsigned long long)w->meta_size);
+    uint8_t *hdr = malloc(hsize);
+    uint8_t *hashable = malloc(hsize);
+    if (!hdr || !hashable) {
+        free(hdr);
+        free(hashable);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    tzr_header_slots slots;
+    tzr_emit_tensor_header(hdr, &spec, &slots);
+    /* Hashes cover the header without its crypt block (values zero), then
+     * the plaintext. */
+    size_t hn = 0;
+    memcpy(hashable, hdr, slots.crypt_start ? slots.crypt_start : hsize);
+    hn = slots.crypt_start ? slots.crypt_start : hsize;
+    if (slots.crypt_start) {
+        memcpy(hashable + hn, hdr + slots.crypt_end, hsize - slots.crypt_end);
+        hn += hsize - slots.crypt_end;
+    }
+    tzr_hasher hs;
+    rc = tzr_hasher_init(&hs, !enc, 1);
+    if (!rc) {
+        tzr_hasher_update(&hs, hashable, hn);
+        uint64_t data_at = w->pos + hsize;
+        if (enc) {
+            rc = write_encrypted(w, data, data_length, data_at, nonce, hdr + slots.macs_at, &hs);
+        } else if (data_length) {
+            tzr_hasher_update(&hs, data, (size_t)data_length);
+            rc = put(w, data, data_length, data_at);
+        }
+        uint32_t crc = 0;
+        uint8_t sha[32];
+        tzr_hasher_final(&hs, &crc, sha);
+        if (slots.crc32_at) tzr_st32(hdr + slots.crc32_at, crc);
+        memcpy(hdr + slots.sha256_at, sha, 32);
+        if (!rc) rc = put(w, hdr, hsize, w->pos);
+    }
+    free(hdr);
+    free(hashable);
+    if (rc) return rc;
+
+    tzr_index_entry e = {(const uint8_t *)d->name, (uint16_t)d->name_len, (uint8_t)d->type, (const uint8_t *)dstr,
+                         (uint8_t)dlen, (uint8_t)d->ndim, NULL, w->pos, w->pos + hsize, data_length};
+    uint8_t dims[4 * TZR_MAX_DIMS];
+    for (uint32_t i = 0; i < d->ndim; i++) tzr_st32(dims + 4 * i, (uint32_t)d->shape[i]);
+    e.dims = dims;
+    tzr_emit_index_entry(w->index + w->index_used, &e);
+    w->index_used += entry;
+    w->pos += hsize + data_length;
+    w->tensor_size += data_length;
+    w->count++;
+    /* The lowest data version that covers the content. */
+    if (opaque && w->version < 2) w->version = 2;
+    if (d->meta && nbytes > 0 && w->version < 4) w->version = 4;
+#undef BAD
+    return 0;
+}
+
+int tzr_writer_add(tzr_writer *w, const tzr_tensor_desc *desc, const void *data) {
+    if (!w || !desc) return tzr_fail(TZR_EINVAL, "NULL writer or tensor");
+    if (w->failed) return tzr_fail(TZR_ECANCELED, "%s: an earlier write failed", w->out->name);
+    int rc = add_tensor(w, desc, data);
+    /* Argument errors leave the file consistent; I/O errors do not. */
+    if (rc && rc != TZR_EINVAL && rc != TZR_EDUP && rc != TZR_ELIMIT) w->failed = 1;
+    return rc;
+}
+
+static void writer_release(tzr_writer *w) {
+    for (size_t i = 0; i < w->nslots; i++) free(w->names[i]);
+    free(w->names);
+    free(w->name_lens);
+    free(w->index);
+    memset(w->key, 0, sizeof w->key);
+    free(w);
+}
+
+int tzr_writer_close(tzr_writer *w) {
+    if (!w) return tzr_fail(TZR_EINVAL, "NULL writer");
+    if (w->failed) {
+        tzr_writer_abort(w);
+        return tzr_fail(TZR_ECANCELED, "write failed earlier; nothing was written");
+    }
+    uint8_t end[8] = {0};
+    tzr_file_header fh = {0};
+    fh.version = w->version;
+    if (w->encrypted) fh.flags[0] = TZR_FLAG_ENCRYPTED; /* emitted only from v4 on */
+    fh.tensor_size = w->tensor_size;
+    fh.tensor_count = w->count;
+    fh.metadata_len = w->meta_size;
+    uint8_t pro[TZR_PROLOGUE_LEN];
+    tzr_emit_prologue(pro, &fh);
+    int rc = put(w, end, 8, w->pos);
+    if (!rc) rc = put(w, w->index, w->meta_size, TZR_PROLOGUE_LEN);
+    if (!rc) rc = put(w, pro, TZR_PROLOGUE_LEN, 0);
+    if (!rc) rc = w->out->finish(w->out);
+    if (rc) {
+        char msg[1024];
+        int code;
+        tzr_error_save(msg, sizeof msg, &code);
+        w->out->abort(w->out);
+        tzr_error_restore(msg, code);
+    }
+    w->out->destroy(w->out);
+    writer_release(w);
+    return rc;
+}
+
+void tzr_writer_abort(tzr_writer *w) {
+    if (!w) return;
+    if (w->out) {
+        w->out->abort(w->out);
+        w->out->destroy(w->out);
+    }
+    writer_release(w);
+}

@@ -1,0 +1,58 @@
+/* Minimal test harness: each test program runs named cases and prints one
+ * line per case ("PASS name" / "FAIL name: why" / "SKIP name: why");
+ * tests/run.sh counts those lines. Exit status: 0 all passed, 1 some failed,
+ * 77 everything skipped. */
+#ifndef TZR_CHECK_H
+#define TZR_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tzr.h"
+
+extern int check_failed_cases, check_passed_cases, check_skipped_cases;
+extern int check_case_failed;
+extern const char *check_case_name;
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            check_case_failed = 1;                                                    \
+        }                                                                             \
+    } while (0)
+
+/* Check a libtzr call returns the given code; prints the library message. */
+#define CHECK_RC(call, want)                                                               \
+    do {                                                                                   \
+        int rc_ = (call);                                                                  \
+        if (rc_ != (want)) {                                                               \
+            fprintf(stderr, "  %s:%d: %s returned %d (%s), want %d; message: %s\n", __FILE__, \
+                    __LINE__, #call, rc_, tzr_strerror(rc_), (int)(want), tzr_last_error()); \
+            check_case_failed = 1;                                                         \
+        }                                                                                  \
+    } while (0)
+
+#define CHECK_OK(call) CHECK_RC(call, 0)
+
+/* Run one case: a function void f(void). */
+#define RUN(fn) check_run(#fn, fn)
+void check_run(const char *name, void (*fn)(void));
+/* Mark the running case skipped (call and return from the case). */
+void check_skip(const char *why);
+/* Print the totals; returns the exit status for main. */
+int check_done(void);
+
+/* Test data helpers. */
+/* Directory holding the golden files (tests/golden, or $TZR_GOLDEN). */
+const char *check_golden_dir(void);
+/* Read a whole file; returns malloc'd bytes or NULL. */
+unsigned char *check_read_file(const char *path, size_t *len);
+int check_write_file(const char *path, const void *data, size_t len);
+/* A fresh temporary directory for this process (removed at exit). */
+const char *check_tmpdir(void);
+/* Decode hex into a malloc'd buffer. */
+unsigned char *check_unhex(const char *hex, size_t *len);
+
+#endif
