@@ -69,7 +69,12 @@ $(BUILD)/libtzr.pc: Makefile
 	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libtzr\nDescription: read and write tensorizer .tensors checkpoints\nVersion: 0.1.0\nRequires.private: %s\nLibs: -L$${libdir} -ltzr\nLibs.private: -lpthread -ldl -lm\nCflags: -I$${includedir}\n' \
 	  "$(PREFIX)" "$(PKGS)" > $@
 
-test: all $(TEST_BINS) $(FUZZ_REPLAY)
+# A fake CUDA runtime (host memory, asynchronous streams) for GPU-less tests.
+$(BUILD)/tests/libfakecudart.so: tests/fake_cuda/fake_cudart.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fvisibility=default -shared $< $(LDFLAGS) -lpthread -o $@
+
+test: all $(TEST_BINS) $(FUZZ_REPLAY) $(BUILD)/tests/libfakecudart.so
 	@bash scripts/deps.sh test || true
 	@BUILD=$(BUILD) bash tests/run.sh
 

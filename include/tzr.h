@@ -69,6 +69,12 @@ TZR_API const char *tzr_strerror(int code);
 TZR_API const char *tzr_last_error(void);
 /* Code of the last failure in this thread (0 if none). */
 TZR_API int tzr_last_error_code(void);
+/* For custom sources, outputs and sinks: record code and message as this
+ * thread's last error and return code. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+TZR_API int tzr_set_error(int code, const char *fmt, ...);
 
 /* ---------------------------------------------------------------- dtypes */
 typedef enum tzr_dtype {

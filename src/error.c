@@ -52,6 +52,14 @@ int tzr_fail(int code, const char *fmt, ...) {
     return code;
 }
 
+int tzr_set_error(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    tzr_vfail(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
 int tzr_fail_prefix(int code, const char *fmt, ...) {
     char prefix[MSG_CAP], old[MSG_CAP];
     va_list ap;

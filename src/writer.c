@@ -263,7 +263,7 @@ static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data)
     w->count++;
     /* The lowest data version that covers the content. */
     if (opaque && w->version < 2) w->version = 2;
-    if (d->meta && nbytes > 0 && w->version < 4) w->version = 4;
+    if (d->meta && w->version < 4) w->version = 4; /* as tensorizer: any meta tensor */
 #undef BAD
     return 0;
 }

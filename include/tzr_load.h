@@ -1,0 +1,126 @@
+/* libtzr pipelined loader ("plaid"): many large positional reads in flight
+ * into a fixed ring of staging slots, overlapping read, decrypt, hash and
+ * the copy into the destination (host memory, nothing, or a CUDA device).
+ * Host memory used by the pipeline is bounded by the ring budget, never by
+ * tensor or file size. Only standard headers here. */
+#ifndef TZR_LOAD_H
+#define TZR_LOAD_H
+
+#include "tzr.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ sinks */
+/* Where loaded bytes land. The pipeline calls, per selected tensor:
+ *   begin_tensor once, before any of its bytes;
+ *   then for each piece either direct() (the sink hands out the final
+ *   memory so the pipeline reads straight into it: host memory) or
+ *   submit() (bytes sit in a staging slot; the sink copies them, maybe
+ *   asynchronously); once a slot's pieces are all submitted, fence();
+ *   wait(fence) before the staging slot is reused, and at the end;
+ *   end_tensor once the tensor is complete.
+ * A sink may be called from several pipeline threads at once. */
+typedef struct tzr_sink tzr_sink;
+struct tzr_sink {
+    int (*begin_tensor)(tzr_sink *s, size_t index, const tzr_tensor_info *t);
+    /* Final memory for bytes [off, off+len) of the tensor, so the pipeline
+     * reads straight into it (host memory); NULL where not possible. */
+    void *(*direct)(tzr_sink *s, size_t index, uint64_t off, uint64_t len);
+    /* Copy len staged bytes to [off, off+len) of the tensor. `slot` names
+     * the staging slot they sit in; the copy may still be running when
+     * submit returns (the slot is not reused before its fence). */
+    int (*submit)(tzr_sink *s, int slot, size_t index, uint64_t off, const void *src, size_t len);
+    /* A fence covering every submit made so far from `slot`; NULL for
+     * sinks whose submit is synchronous. */
+    int (*fence)(tzr_sink *s, int slot, uint64_t *fence);
+    /* Block until the fence has passed. */
+    int (*wait)(tzr_sink *s, uint64_t fence);
+    /* Called once all of a tensor's bytes are in place (after fences). */
+    int (*end_tensor)(tzr_sink *s, size_t index, const tzr_tensor_info *t);
+    /* Staging memory (pinned for CUDA). NULL: the pipeline uses malloc. */
+    void *(*alloc_staging)(tzr_sink *s, size_t len);
+    void (*free_staging)(tzr_sink *s, void *p, size_t len);
+    void (*destroy)(tzr_sink *s); /* frees s itself */
+    const char *name;
+    void *ctx;
+};
+
+TZR_API void tzr_sink_free(tzr_sink *s);
+
+/* Null sink: bytes are read (and decrypted/verified when asked), then
+ * dropped. For verification and benchmarks. */
+TZR_API int tzr_sink_null_new(tzr_sink **out);
+
+/* Host sink. With dest == NULL the library allocates each tensor
+ * (tzr_sink_host_data returns it; tzr_sink_host_take hands ownership to
+ * the caller, who frees it with free()). With dest set, it is asked once
+ * per tensor for caller memory of t->nbytes bytes (return NULL to fail). */
+typedef void *(*tzr_host_dest_fn)(void *ctx, size_t index, const tzr_tensor_info *t);
+TZR_API int tzr_sink_host_new(tzr_sink **out, tzr_host_dest_fn dest, void *dest_ctx);
+TZR_API int tzr_sink_host_data(tzr_sink *s, size_t index, void **data, uint64_t *len);
+TZR_API void *tzr_sink_host_take(tzr_sink *s, size_t index);
+
+/* CUDA device sink: pinned staging slots, cudaMemcpyAsync on its own
+ * streams, events as fences. The CUDA runtime is loaded at run time
+ * (libcudart.so); without it or without a device: TZR_ENODEV. With
+ * dest == NULL each tensor gets cudaMalloc'd memory on `device`; with dest
+ * set, the callback returns a device pointer of t->nbytes bytes. */
+typedef void *(*tzr_device_dest_fn)(void *ctx, size_t index, const tzr_tensor_info *t);
+TZR_API int tzr_sink_cuda_new(tzr_sink **out, int device, tzr_device_dest_fn dest, void *dest_ctx);
+/* Device pointer of a loaded tensor (library-allocated mode). */
+TZR_API int tzr_sink_cuda_data(tzr_sink *s, size_t index, void **dev_ptr, uint64_t *len);
+/* Bandwidth probe: pinned host-to-device cudaMemcpy of `bytes`, `reps`
+ * times; returns GB/s (for benchmarks quoting the physical floor). */
+TZR_API int tzr_cuda_h2d_bandwidth(int device, size_t bytes, int reps, double *gbps);
+
+/* ---------------------------------------------------------------- loading */
+typedef int (*tzr_filter_fn)(void *ctx, size_t index, const tzr_tensor_info *t);
+/* Called in index order as each tensor is complete; a non-zero return
+ * cancels the load with that code. */
+typedef int (*tzr_tensor_done_fn)(void *ctx, size_t index, const tzr_tensor_info *t);
+/* Progress: bytes of tensor data done so far and the total. */
+typedef void (*tzr_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+enum { TZR_DIRECT_AUTO = 0, TZR_DIRECT_ON = 1, TZR_DIRECT_OFF = 2 };
+
+typedef struct tzr_load_options {
+    size_t struct_size;
+    size_t ring_bytes;        /* staging budget; default 256 MiB */
+    size_t chunk_bytes;       /* read size; default 8 MiB */
+    int threads;              /* pipeline threads; default from the source */
+    int verify;               /* check CRC32/SHA-256 (default: the reader's) */
+    int direct_io;            /* TZR_DIRECT_*: O_DIRECT for uncached files */
+    tzr_filter_fn filter;     /* NULL: every tensor */
+    void *filter_ctx;
+    tzr_tensor_done_fn on_tensor;
+    void *on_tensor_ctx;
+    tzr_progress_fn progress;
+    void *progress_ctx;
+    volatile int *cancel;     /* set non-zero from anywhere to stop */
+} tzr_load_options;
+
+#define TZR_LOAD_OPTIONS_INIT \
+    { sizeof(tzr_load_options), 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/* What a load did (for tools and benchmarks). */
+typedef struct tzr_load_stats {
+    uint64_t tensors;
+    uint64_t bytes;           /* tensor bytes delivered */
+    uint64_t bytes_read;      /* bytes read from the source (with gaps) */
+    uint64_t reads;           /* read_at calls */
+    size_t staging_bytes;     /* staging memory allocated */
+    double seconds;
+} tzr_load_stats;
+
+/* Load the selected tensors of r into sink. On failure every slot is
+ * released, no callback runs after the failure is known, the sink's
+ * destinations of unfinished tensors hold unspecified bytes, and the
+ * first error's code and message are returned (naming tensor and offset). */
+TZR_API int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt, tzr_load_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

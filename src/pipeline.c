@@ -1,0 +1,634 @@
+/* The pipelined loader. The selected tensors' data is cut into units: one
+ * unit is either a run of small tensors coalesced into one read, or one
+ * chunk of a large tensor. Unit u uses staging slot u % nslots, so at most
+ * nslots units are in flight and host memory stays at nslots * slot_size.
+ *
+ * Per unit: acquire the slot (waiting for its previous unit's fence), read
+ * (straight into the destination when the sink allows it and the unit is a
+ * single piece), decrypt each piece in place, hash pieces in tensor order
+ * (SHA-256 is sequential; a piece that arrives early is parked and hashed
+ * by whoever hashes its predecessor), submit to the sink, fence. A tensor
+ * is complete once every unit holding its pieces has passed its fence;
+ * completions are reported in index order. The first error wins: it is
+ * saved, everything else stops, and it is returned to the caller. */
+#include "crypt.h"
+#include "reader_internal.h"
+#include "tzr_load.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_RING ((size_t)256 << 20)
+#define DEFAULT_CHUNK ((size_t)8 << 20)
+#define MAX_GAP ((uint64_t)64 << 10) /* coalesce across gaps up to this */
+#define MAX_THREADS 64
+#define MAX_FORCED_SLOT ((size_t)64 << 20)
+
+typedef struct piece {
+    size_t tensor;       /* index in the reader */
+    uint64_t toff, len;  /* tensor bytes [toff, toff+len) */
+    uint64_t uoff;       /* where they sit inside the unit */
+    size_t unit;
+    struct piece *next_parked;
+} piece;
+
+typedef struct unit {
+    uint64_t off, len;   /* file range */
+    size_t first, count; /* pieces */
+    atomic_size_t left;  /* pieces not yet submitted */
+    int direct;          /* read straight into the sink's memory */
+} unit;
+
+typedef struct tstate {
+    int selected;
+    size_t pieces_total;
+    size_t pieces_retired; /* guarded by the reporter lock */
+    /* ordered hashing, guarded by lock */
+    pthread_mutex_t lock;
+    uint64_t hashed_upto;
+    int hashing;
+    tzr_hasher hs;
+    int hs_live;
+    piece *parked;
+} tstate;
+
+typedef struct slot {
+    uint8_t *buf;
+    long unit;           /* unit occupying it, -1 none */
+    int processed;       /* that unit's pieces are all submitted */
+    int retired;
+    int has_fence;
+    uint64_t fence;
+} slot;
+
+typedef struct pipeline {
+    tzr_reader *r;
+    tzr_sink *sink;
+    const tzr_load_options *opt;
+    int verify;
+    size_t n;               /* tensors in the reader */
+    tstate *ts;
+    piece *pieces;
+    size_t npieces;
+    unit *units;
+    size_t nunits;
+    slot *slots;
+    int nslots;
+    size_t slot_size;
+    pthread_mutex_t slot_lock;
+    pthread_cond_t slot_cond;
+    atomic_size_t next_unit;
+    atomic_int failed;
+    char err_msg[1024];
+    int err_code;
+    pthread_mutex_t err_lock;
+    pthread_mutex_t report_lock;
+    size_t next_report;
+    atomic_uint_fast64_t bytes_done, bytes_read, reads;
+    uint64_t total_bytes;
+    pthread_mutex_t progress_lock;
+    size_t staging_bytes;
+} pipeline;
+
+static const uint8_t zeros[1 << 16];
+
+/* Record the first error (with this thread's message) and stop everyone. */
+static int fail(pipeline *p, int rc) {
+    pthread_mutex_lock(&p->err_lock);
+    if (!p->err_code) {
+        int code;
+        tzr_error_save(p->err_msg, sizeof p->err_msg, &code);
+        p->err_code = rc;
+    }
+    pthread_mutex_unlock(&p->err_lock);
+    atomic_store(&p->failed, 1);
+    pthread_mutex_lock(&p->slot_lock);
+    pthread_cond_broadcast(&p->slot_cond);
+    pthread_mutex_unlock(&p->slot_lock);
+    return rc;
+}
+
+static int stopped(pipeline *p) {
+    if (atomic_load(&p->failed)) return 1;
+    if (p->opt->cancel && __atomic_load_n(p->opt->cancel, __ATOMIC_RELAXED)) {
+        fail(p, tzr_fail(TZR_ECANCELED, "load canceled"));
+        return 1;
+    }
+    return 0;
+}
+
+/* Report completed tensors in index order. Caller holds report_lock. */
+static int report_ready(pipeline *p) {
+    while (p->next_report < p->n) {
+        size_t i = p->next_report;
+        tstate *t = &p->ts[i];
+        if (t->selected && t->pieces_retired < t->pieces_total) break;
+        p->next_report++;
+        if (!t->selected || stopped(p)) continue;
+        const tzr_tensor_info *info = tzr_reader_tensor(p->r, i);
+        int rc = p->sink->end_tensor ? p->sink->end_tensor(p->sink, i, info) : 0;
+        if (!rc && p->opt->on_tensor) {
+            rc = p->opt->on_tensor(p->opt->on_tensor_ctx, i, info);
+            if (rc) {
+                char what[TZR_NAMEBUF + 256];
+                tzr_fail(rc, "%s: canceled by the caller's callback", tzr_reader_what(p->r, i, what, sizeof what));
+            }
+        }
+        if (rc) return fail(p, rc);
+    }
+    return 0;
+}
+
+/* A unit's fence has passed: its pieces count towards their tensors. */
+static int retire_unit(pipeline *p, size_t u) {
+    pthread_mutex_lock(&p->report_lock);
+    unit *un = &p->units[u];
+    for (size_t k = 0; k < un->count; k++) p->ts[p->pieces[un->first + k].tensor].pieces_retired++;
+    int rc = report_ready(p);
+    pthread_mutex_unlock(&p->report_lock);
+    return rc;
+}
+
+static void progress(pipeline *p, uint64_t add) {
+    uint64_t done = atomic_fetch_add(&p->bytes_done, add) + add;
+    if (!p->opt->progress) return;
+    pthread_mutex_lock(&p->progress_lock);
+    p->opt->progress(p->opt->progress_ctx, done, p->total_bytes);
+    pthread_mutex_unlock(&p->progress_lock);
+}
+
+/* Deliver one piece (decrypted, in unit memory or already in place). */
+static int deliver(pipeline *p, piece *pc, uint8_t *base, int s) {
+    unit *un = &p->units[pc->unit];
+    int rc = 0;
+    if (!un->direct) rc = p->sink->submit(p->sink, s, pc->tensor, pc->toff, base + pc->uoff, (size_t)pc->len);
+    if (!rc) progress(p, pc->len);
+    return rc;
+}
+
+static int unit_piece_done(pipeline *p, size_t u, int s) {
+    if (atomic_fetch_sub(&p->units[u].left, 1) != 1) return 0;
+    int rc = 0;
+    pthread_mutex_lock(&p->slot_lock);
+    slot *sl = &p->slots[s];
+    if (p->sink->fence && !p->units[u].direct) {
+        rc = p->sink->fence(p->sink, s, &sl->fence);
+        sl->has_fence = rc == 0;
+    }
+    sl->processed = 1;
+    pthread_cond_broadcast(&p->slot_cond);
+    pthread_mutex_unlock(&p->slot_lock);
+    return rc;
+}
+
+static uint8_t *piece_base(pipeline *p, piece *pc) {
+    return p->slots[pc->unit % (size_t)p->nslots].buf;
+}
+
+/* Hash pieces of one tensor strictly in order, delivering each after its
+ * hash. Called with the piece that may be next; parks it otherwise. */
+static int hash_in_order(pipeline *p, piece *pc) {
+    tstate *t = &p->ts[pc->tensor];
+    pthread_mutex_lock(&t->lock);
+    if (t->hashing || t->hashed_upto != pc->toff) {
+        pc->next_parked = t->parked;
+        t->parked = pc;
+        pthread_mutex_unlock(&t->lock);
+        return 0;
+    }
+    t->hashing = 1;
+    pthread_mutex_unlock(&t->lock);
+    int rc = 0;
+    while (pc) {
+        int s = (int)(pc->unit % (size_t)p->nslots);
+        uint8_t *base = piece_base(p, pc);
+        const uint8_t *bytes = p->units[pc->unit].direct
+                                   ? p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len)
+                                   : base + pc->uoff;
+        if (!rc) tzr_hasher_update(&t->hs, bytes, (size_t)pc->len);
+        const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
+        if (!rc && pc->toff + pc->len == info->data_length) {
+            t->hs_live = 0;
+            rc = tzr_reader_hash_check(p->r, pc->tensor, &t->hs);
+        }
+        if (!rc) rc = deliver(p, pc, base, s);
+        if (!rc) rc = unit_piece_done(p, pc->unit, s);
+        if (rc) {
+            fail(p, rc);
+            /* Keep draining so parked pieces do not hold slots forever. */
+        }
+        pthread_mutex_lock(&t->lock);
+        t->hashed_upto = pc->toff + pc->len;
+        piece *next = NULL, **pp = &t->parked;
+        while (*pp) {
+            if ((*pp)->toff == t->hashed_upto) {
+                next = *pp;
+                *pp = next->next_parked;
+                break;
+            }
+            pp = &(*pp)->next_parked;
+        }
+        if (!next) t->hashing = 0;
+        pthread_mutex_unlock(&t->lock);
+        pc = next;
+        if (rc) break;
+    }
+    return rc;
+}
+
+static int decrypt_piece(pipeline *p, piece *pc, uint8_t *bytes) {
+    if (!tzr_reader_tensor(p->r, pc->tensor)->encrypted) return 0;
+    const tzr_tensor_header *h;
+    int rc = tzr_reader_header(p->r, pc->tensor, &h);
+    if (rc) return rc;
+    uint8_t key[32];
+    rc = tzr_reader_tensor_key(p->r, pc->tensor, key);
+    if (rc) return rc;
+    const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
+    uint64_t first = h->crypt.num_macs > 1 ? pc->toff / h->crypt.chunk_size : 0;
+    rc = tzr_crypt_open(&h->crypt, key, info->data_length, first, bytes, (size_t)pc->len);
+    memset(key, 0, sizeof key);
+    if (rc) {
+        char what[TZR_NAMEBUF + 256];
+        tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what),
+                        (unsigned long long)(info->data_offset + pc->toff));
+    }
+    return rc;
+}
+
+/* Wait until slot s may take unit u; retire its previous unit. */
+static int acquire_slot(pipeline *p, size_t u, int s) {
+    slot *sl = &p->slots[s];
+    long expect = u >= (size_t)p->nslots ? (long)(u - (size_t)p->nslots) : -1;
+    pthread_mutex_lock(&p->slot_lock);
+    while (!atomic_load(&p->failed) && (sl->unit != expect || (expect >= 0 && !sl->processed)))
+        pthread_cond_wait(&p->slot_cond, &p->slot_lock);
+    if (atomic_load(&p->failed)) {
+        pthread_mutex_unlock(&p->slot_lock);
+        return TZR_ECANCELED;
+    }
+    long prev = sl->unit;
+    int has_fence = sl->has_fence;
+    uint64_t fence = sl->fence;
+    pthread_mutex_unlock(&p->slot_lock);
+    int rc = 0;
+    if (prev >= 0) {
+        if (has_fence) rc = p->sink->wait(p->sink, fence);
+        if (!rc) rc = retire_unit(p, (size_t)prev);
+        if (rc) return fail(p, rc);
+    }
+    if (!sl->buf && !p->units[u].direct) {
+        sl->buf = p->sink->alloc_staging ? p->sink->alloc_staging(p->sink, p->slot_size) : malloc(p->slot_size);
+        if (!sl->buf) return fail(p, tzr_fail(TZR_ENOMEM, "cannot allocate a %zu-byte staging slot", p->slot_size));
+        pthread_mutex_lock(&p->slot_lock);
+        p->staging_bytes += p->slot_size;
+        pthread_mutex_unlock(&p->slot_lock);
+    }
+    pthread_mutex_lock(&p->slot_lock);
+    sl->unit = (long)u;
+    sl->processed = 0;
+    sl->has_fence = 0;
+    pthread_mutex_unlock(&p->slot_lock);
+    return 0;
+}
+
+static int run_unit(pipeline *p, size_t u) {
+    int s = (int)(u % (size_t)p->nslots);
+    int rc = acquire_slot(p, u, s);
+    if (rc) return rc;
+    unit *un = &p->units[u];
+    uint8_t *buf = p->slots[s].buf;
+    tzr_source *src = tzr_reader_source(p->r);
+    if (un->direct) {
+        piece *pc = &p->pieces[un->first];
+        buf = p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len);
+        if (!buf) return fail(p, tzr_fail(TZR_EINVAL, "sink gave no destination"));
+    }
+    rc = src->read_at(src, buf, (size_t)un->len, un->off);
+    atomic_fetch_add(&p->reads, 1);
+    atomic_fetch_add(&p->bytes_read, un->len);
+    if (rc) {
+        piece *pc = &p->pieces[un->first];
+        char what[TZR_NAMEBUF + 256];
+        return fail(p, tzr_fail_prefix(rc, "%s: reading [%llu, +%llu): ",
+                                       tzr_reader_what(p->r, pc->tensor, what, sizeof what),
+                                       (unsigned long long)un->off, (unsigned long long)un->len));
+    }
+    for (size_t k = 0; k < un->count; k++) {
+        if (stopped(p)) return TZR_ECANCELED;
+        piece *pc = &p->pieces[un->first + k];
+        uint8_t *bytes = buf + pc->uoff;
+        rc = decrypt_piece(p, pc, bytes);
+        if (rc) return fail(p, rc);
+        if (p->verify) {
+            rc = hash_in_order(p, pc);
+        } else {
+            rc = deliver(p, pc, buf, s);
+            if (!rc) rc = unit_piece_done(p, pc->unit, s);
+        }
+        if (rc) return fail(p, rc);
+    }
+    return 0;
+}
+
+static void *worker(void *arg) {
+    pipeline *p = arg;
+    for (;;) {
+        if (stopped(p)) break;
+        size_t u = atomic_fetch_add(&p->next_unit, 1);
+        if (u >= p->nunits) break;
+        if (run_unit(p, u)) break;
+    }
+    return NULL;
+}
+
+static void *header_worker(void *arg) {
+    pipeline *p = arg;
+    for (;;) {
+        if (atomic_load(&p->failed)) break;
+        size_t i = atomic_fetch_add(&p->next_unit, 1);
+        if (i >= p->n) break;
+        if (!p->ts[i].selected) continue;
+        const tzr_tensor_header *h;
+        int rc = tzr_reader_header(p->r, i, &h);
+        if (rc) {
+            fail(p, rc);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static int run_threads(pipeline *p, int nthreads, void *(*fn)(void *)) {
+    pthread_t th[MAX_THREADS];
+    int started = 0;
+    atomic_store(&p->next_unit, 0);
+    for (; started < nthreads; started++)
+        if (pthread_create(&th[started], NULL, fn, p) != 0) break;
+    if (started == 0) fn(p);
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    return atomic_load(&p->failed) ? p->err_code : 0;
+}
+
+static int add_piece(pipeline *p, size_t *cap, size_t tensor, uint64_t toff, uint64_t len, uint64_t uoff) {
+    if (p->npieces == *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        piece *np = realloc(p->pieces, nc * sizeof *np);
+        if (!np) return tzr_fail(TZR_ENOMEM, "out of memory");
+        p->pieces = np;
+        *cap = nc;
+    }
+    piece *pc = &p->pieces[p->npieces++];
+    memset(pc, 0, sizeof *pc);
+    pc->tensor = tensor;
+    pc->toff = toff;
+    pc->len = len;
+    pc->uoff = uoff;
+    pc->unit = p->nunits;
+    return 0;
+}
+
+static int add_unit(pipeline *p, size_t *cap, uint64_t off, uint64_t len, size_t first) {
+    if (p->nunits == *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        unit *nu = realloc(p->units, nc * sizeof *nu);
+        if (!nu) return tzr_fail(TZR_ENOMEM, "out of memory");
+        p->units = nu;
+        *cap = nc;
+    }
+    unit *un = &p->units[p->nunits++];
+    un->off = off;
+    un->len = len;
+    un->first = first;
+    un->count = p->npieces - first;
+    atomic_init(&un->left, un->count);
+    un->direct = 0;
+    return 0;
+}
+
+/* Cut the selected tensors' data into units and pieces. */
+static int plan(pipeline *p, size_t chunk) {
+    size_t pcap = 0, ucap = 0;
+    int open_unit = 0;
+    uint64_t uoff = 0, uend = 0;
+    size_t ufirst = 0;
+    int rc = 0;
+    for (size_t i = 0; i < p->n && !rc; i++) {
+        if (!p->ts[i].selected) continue;
+        const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
+        if (t->data_length == 0) continue;
+        const tzr_tensor_header *h;
+        if ((rc = tzr_reader_header(p->r, i, &h))) break;
+        uint64_t step = chunk;
+        if (t->encrypted) {
+            /* Pieces must hold whole crypt chunks (or the whole box). */
+            uint64_t cs = h->crypt.num_macs > 1 ? h->crypt.chunk_size : t->data_length;
+            step = cs >= chunk ? cs : chunk - chunk % cs;
+        }
+        uint64_t dend = t->data_offset + t->data_length;
+        if (t->data_length <= step && t->data_length <= chunk) {
+            if (open_unit && t->data_offset >= uend && t->data_offset - uend <= MAX_GAP && dend - uoff <= chunk) {
+                rc = add_piece(p, &pcap, i, 0, t->data_length, t->data_offset - uoff);
+                uend = dend;
+                p->ts[i].pieces_total = 1;
+                continue;
+            }
+            if (open_unit && (rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst))) break;
+            open_unit = 1;
+            uoff = t->data_offset;
+            uend = dend;
+            ufirst = p->npieces;
+            rc = add_piece(p, &pcap, i, 0, t->data_length, 0);
+            p->ts[i].pieces_total = 1;
+            continue;
+        }
+        if (open_unit && (rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst))) break;
+        open_unit = 0;
+        for (uint64_t off = 0; off < t->data_length && !rc; off += step) {
+            uint64_t len = t->data_length - off < step ? t->data_length - off : step;
+            size_t first = p->npieces;
+            rc = add_piece(p, &pcap, i, off, len, 0);
+            if (!rc) rc = add_unit(p, &ucap, t->data_offset + off, len, first);
+            p->ts[i].pieces_total++;
+        }
+    }
+    if (!rc && open_unit) rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst);
+    if (rc) return rc;
+    for (size_t u = 0; u < p->nunits; u++) {
+        unit *un = &p->units[u];
+        for (size_t k = 0; k < un->count; k++) p->pieces[un->first + k].unit = u;
+        if (un->len > p->slot_size) p->slot_size = (size_t)un->len;
+    }
+    return 0;
+}
+
+/* Meta tensors: zeros; tensors without data: nothing to read. */
+static int fill_empty(pipeline *p, size_t i, const tzr_tensor_info *t) {
+    int rc = 0;
+    if (p->verify) {
+        tzr_hasher hs;
+        rc = tzr_reader_hash_begin(p->r, i, &hs);
+        if (!rc) rc = tzr_reader_hash_check(p->r, i, &hs);
+        if (rc) return rc;
+    }
+    for (uint64_t off = 0; off < t->nbytes && !rc; off += sizeof zeros) {
+        size_t len = t->nbytes - off < sizeof zeros ? (size_t)(t->nbytes - off) : sizeof zeros;
+        void *dst = p->sink->direct ? p->sink->direct(p->sink, i, off, len) : NULL;
+        if (dst) memset(dst, 0, len);
+        else rc = p->sink->submit(p->sink, -1, i, off, zeros, len);
+    }
+    if (!rc && p->sink->fence && t->nbytes) {
+        uint64_t f;
+        rc = p->sink->fence(p->sink, -1, &f);
+        if (!rc) rc = p->sink->wait(p->sink, f);
+    }
+    return rc;
+}
+
+int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_load_stats *stats) {
+    tzr_load_options defaults = TZR_LOAD_OPTIONS_INIT;
+    const tzr_load_options *opt = opt_in ? opt_in : &defaults;
+    if (!r || !sink || !sink->submit) return tzr_fail(TZR_EINVAL, "tzr_load: NULL reader or incomplete sink");
+    if (sink->fence && !sink->wait) return tzr_fail(TZR_EINVAL, "tzr_load: sink has fence() without wait()");
+    double t0 = 0;
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    }
+    pipeline *p = calloc(1, sizeof *p);
+    if (!p) return tzr_fail(TZR_ENOMEM, "out of memory");
+    p->r = r;
+    p->sink = sink;
+    p->opt = opt;
+    p->verify = opt->verify >= 0 ? opt->verify : tzr_reader_verifying(r);
+    p->n = tzr_reader_count(r);
+    pthread_mutex_init(&p->slot_lock, NULL);
+    pthread_cond_init(&p->slot_cond, NULL);
+    pthread_mutex_init(&p->err_lock, NULL);
+    pthread_mutex_init(&p->report_lock, NULL);
+    pthread_mutex_init(&p->progress_lock, NULL);
+    tzr_source *src = tzr_reader_source(r);
+    size_t chunk = opt->chunk_bytes ? opt->chunk_bytes : src->preferred_chunk ? src->preferred_chunk : DEFAULT_CHUNK;
+    size_t ring = opt->ring_bytes ? opt->ring_bytes : DEFAULT_RING;
+    if (chunk < 4096) chunk = 4096;
+    if (ring < 2 * chunk) ring = 2 * chunk;
+    int nthreads = opt->threads > 0 ? opt->threads : src->preferred_inflight;
+    if (nthreads <= 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        nthreads = cpus < 2 ? 2 : cpus > 16 ? 16 : (int)cpus;
+    }
+    if (nthreads > MAX_THREADS) nthreads = MAX_THREADS;
+    int rc = 0;
+    p->ts = calloc(p->n ? p->n : 1, sizeof *p->ts);
+    if (!p->ts) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < p->n; i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        p->ts[i].selected = !opt->filter || opt->filter(opt->filter_ctx, i, t);
+        pthread_mutex_init(&p->ts[i].lock, NULL);
+        if (p->ts[i].selected) p->total_bytes += t->nbytes;
+    }
+    /* Phase 1: every selected header (parallel for remote sources). */
+    if (!rc) rc = run_threads(p, nthreads, header_worker);
+    if (!rc) rc = plan(p, chunk);
+    if (!rc) {
+        if (p->slot_size < chunk) p->slot_size = chunk;
+        /* Encrypted chunks (2 MiB from tensorizer) cannot be split: a
+         * smaller budget grows to two of them rather than failing. */
+        if (p->slot_size > ring / 2 && p->slot_size <= MAX_FORCED_SLOT) ring = 2 * p->slot_size;
+        if (p->slot_size > ring / 2)
+            rc = tzr_fail(TZR_ELIMIT, "%s: a tensor needs a %zu-byte read, above half the %zu-byte ring budget",
+                          src->name, p->slot_size, ring);
+        p->nslots = (int)(ring / p->slot_size);
+        if (p->nslots < 2) p->nslots = 2;
+        if ((size_t)p->nslots > p->nunits) p->nslots = p->nunits ? (int)p->nunits : 1;
+    }
+    if (!rc) {
+        p->slots = calloc((size_t)p->nslots, sizeof *p->slots);
+        if (!p->slots) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        for (int s = 0; !rc && s < p->nslots; s++) p->slots[s].unit = -1;
+    }
+    /* Destinations, then the units that can be read in place. */
+    for (size_t i = 0; !rc && i < p->n; i++) {
+        if (!p->ts[i].selected) continue;
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        if (sink->begin_tensor) rc = sink->begin_tensor(sink, i, t);
+        if (!rc && p->verify && t->data_length) {
+            rc = tzr_reader_hash_begin(r, i, &p->ts[i].hs);
+            p->ts[i].hs_live = rc == 0;
+        }
+        if (!rc && t->data_length == 0) rc = fill_empty(p, i, t);
+    }
+    for (size_t u = 0; !rc && u < p->nunits; u++) {
+        unit *un = &p->units[u];
+        piece *pc = &p->pieces[un->first];
+        un->direct = un->count == 1 && sink->direct && sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
+    }
+    if (rc) {
+        fail(p, rc);
+    } else {
+        pthread_mutex_lock(&p->report_lock);
+        report_ready(p); /* tensors with no data */
+        pthread_mutex_unlock(&p->report_lock);
+        if (!atomic_load(&p->failed)) run_threads(p, nthreads, worker);
+    }
+    /* Drain: wait every outstanding fence (also after a failure, so no
+     * copy still reads a slot we free), retire in unit order. */
+    for (int s = 0; p->slots && s < p->nslots; s++) {
+        slot *sl = &p->slots[s];
+        if (sl->has_fence) {
+            int wrc = sink->wait(sink, sl->fence);
+            sl->has_fence = 0;
+            if (wrc && !atomic_load(&p->failed)) fail(p, wrc);
+        }
+    }
+    if (!atomic_load(&p->failed)) {
+        size_t lo = p->nunits > (size_t)p->nslots ? p->nunits - (size_t)p->nslots : 0;
+        for (size_t u = lo; u < p->nunits; u++) {
+            slot *sl = &p->slots[u % (size_t)p->nslots];
+            if (sl->unit == (long)u && sl->processed) retire_unit(p, u);
+        }
+        if (!atomic_load(&p->failed) && p->next_report < p->n)
+            fail(p, tzr_fail(TZR_EIO, "internal error: %zu of %zu tensors not completed", p->n - p->next_report, p->n));
+    }
+    rc = atomic_load(&p->failed) ? p->err_code : 0;
+    for (int s = 0; p->slots && s < p->nslots; s++) {
+        if (!p->slots[s].buf) continue;
+        if (sink->free_staging) sink->free_staging(sink, p->slots[s].buf, p->slot_size);
+        else free(p->slots[s].buf);
+    }
+    for (size_t i = 0; p->ts && i < p->n; i++) {
+        if (p->ts[i].hs_live) tzr_hasher_free(&p->ts[i].hs);
+        pthread_mutex_destroy(&p->ts[i].lock);
+    }
+    if (stats) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        memset(stats, 0, sizeof *stats);
+        for (size_t i = 0; i < p->n; i++) stats->tensors += p->ts && p->ts[i].selected;
+        stats->bytes = atomic_load(&p->bytes_done);
+        stats->bytes_read = atomic_load(&p->bytes_read);
+        stats->reads = atomic_load(&p->reads);
+        stats->staging_bytes = p->staging_bytes;
+        stats->seconds = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0;
+    }
+    if (rc) tzr_error_restore(p->err_msg, p->err_code);
+    free(p->ts);
+    free(p->pieces);
+    free(p->units);
+    free(p->slots);
+    pthread_mutex_destroy(&p->slot_lock);
+    pthread_cond_destroy(&p->slot_cond);
+    pthread_mutex_destroy(&p->err_lock);
+    pthread_mutex_destroy(&p->report_lock);
+    pthread_mutex_destroy(&p->progress_lock);
+    free(p);
+    return rc;
+}
+
+void tzr_sink_free(tzr_sink *s) {
+    if (s && s->destroy) s->destroy(s);
+}

@@ -1,0 +1,890 @@
+/* safetensors reader and writer. Format and rules: formats/safetensors.md.
+ *
+ * Everything in a file is untrusted: the header length is checked against
+ * the file and a cap before anything is parsed, jansson parses the JSON
+ * (it bounds nesting depth, checks UTF-8 and keeps exact 64-bit integers),
+ * and every entry is checked for exact types, offsets inside the data
+ * region, sizes that match shape*itemsize without overflow, and no two
+ * tensors sharing bytes. Nothing is allocated from a length that has not
+ * been checked against the bytes actually present. */
+#include "internal.h"
+#include "tzr_safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- dtypes */
+
+static const struct {
+    const char *st;
+    tzr_dtype d;
+} st_dtypes[] = {
+    {"BOOL", TZR_DTYPE_BOOL},    {"U8", TZR_DTYPE_U8},
+    {"I8", TZR_DTYPE_I8},        {"I16", TZR_DTYPE_I16},
+    {"U16", TZR_DTYPE_U16},      {"F16", TZR_DTYPE_F16},
+    {"BF16", TZR_DTYPE_BF16},    {"I32", TZR_DTYPE_I32},
+    {"U32", TZR_DTYPE_U32},      {"F32", TZR_DTYPE_F32},
+    {"F64", TZR_DTYPE_F64},      {"I64", TZR_DTYPE_I64},
+    {"U64", TZR_DTYPE_U64},      {"F8_E4M3", TZR_DTYPE_F8_E4M3FN},
+    {"F8_E5M2", TZR_DTYPE_F8_E5M2}, {"F8_E8M0", TZR_DTYPE_F8_E8M0FNU},
+    {"C64", TZR_DTYPE_C64},
+};
+#define N_ST_DTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
+
+const char *tzr_st_dtype_name(tzr_dtype d) {
+    for (size_t i = 0; i < N_ST_DTYPES; i++)
+        if (st_dtypes[i].d == d) return st_dtypes[i].st;
+    return NULL;
+}
+
+int tzr_st_dtype_parse(const char *s, tzr_dtype *d) {
+    if (d) *d = TZR_DTYPE_UNKNOWN;
+    if (!s || !d) return tzr_fail(TZR_EINVAL, "tzr_st_dtype_parse: NULL argument");
+    for (size_t i = 0; i < N_ST_DTYPES; i++)
+        if (strcmp(st_dtypes[i].st, s) == 0) {
+            *d = st_dtypes[i].d;
+            return 0;
+        }
+    char buf[TZR_NAMEBUF];
+    /* F4/F6 are sub-byte types: one element has no whole-byte size, and
+     * nothing else in libtzr can hold them. */
+    return tzr_fail(TZR_ENOTSUP, "safetensors dtype '%s' is not supported",
+                    tzr_printable(s, strlen(s), buf, sizeof buf));
+}
+
+/* ---------------------------------------------------------------- reader */
+
+typedef struct st_entry {
+    tzr_st_tensor pub;
+    size_t json_idx; /* position in the JSON object: tie-break for sorting */
+    uint64_t begin;  /* data_offsets as written (relative to the data) */
+    uint64_t end;
+} st_entry;
+
+struct tzr_st_file {
+    const uint8_t *base;
+    size_t len;
+    void *map; /* non-NULL when tzr_st_open mapped the file */
+    char *name;
+    uint64_t header_len;
+    st_entry *t;
+    size_t n;
+    st_entry **by_name; /* sorted by name bytes, for tzr_st_find */
+    char **meta;        /* key0, value0, key1, value1, ... */
+    size_t n_meta;
+};
+
+/* Shape as "[2,3]" for messages, cut short when long. */
+static const char *shape_str(const uint64_t *shape, uint32_t ndim, char *buf, size_t cap) {
+    size_t o = 0;
+    buf[o++] = '[';
+    for (uint32_t i = 0; i < ndim; i++) {
+        if (o + 28 >= cap) {
+            o += (size_t)snprintf(buf + o, cap - o, "...");
+            break;
+        }
+        o += (size_t)snprintf(buf + o, cap - o, "%s%llu", i ? "," : "", (unsigned long long)shape[i]);
+    }
+    snprintf(buf + o, cap - o, "]");
+    return buf;
+}
+
+static const char *json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "object";
+    case JSON_ARRAY: return "array";
+    case JSON_STRING: return "string";
+    case JSON_INTEGER: return "integer";
+    case JSON_REAL: return "number with a fraction or exponent";
+    case JSON_TRUE: case JSON_FALSE: return "boolean";
+    default: return "null";
+    }
+}
+
+/* Every tensor error starts "<file>: tensor '<name>' (header bytes 8..E): "
+ * so the message names where to look even when jansson gives no position
+ * for a value. */
+static int tensor_fail(const tzr_st_file *f, const char *key, size_t klen, int code,
+                       const char *fmt, ...) TZR_PRINTF(5, 6);
+static int tensor_fail(const tzr_st_file *f, const char *key, size_t klen, int code,
+                       const char *fmt, ...) {
+    char msg[512], nb[TZR_NAMEBUF];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return tzr_fail(code, "%s: tensor '%s' (header bytes 8..%llu): %s", f->name,
+                    tzr_printable(key, klen, nb, sizeof nb),
+                    (unsigned long long)(8 + f->header_len), msg);
+}
+
+/* A JSON integer >= 0. jansson rejects integers beyond int64 at parse time,
+ * so the only other failures are negative numbers and non-integers. */
+static int get_u64(const json_t *v, uint64_t *out) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return 0;
+    *out = (uint64_t)json_integer_value(v);
+    return 1;
+}
+
+static int parse_tensor(tzr_st_file *f, const char *key, size_t klen, json_t *v, st_entry *e,
+                        uint64_t data_len) {
+    if (klen == 0) return tensor_fail(f, key, klen, TZR_EFORMAT, "empty tensor name");
+    if (!json_is_object(v))
+        return tensor_fail(f, key, klen, TZR_EFORMAT, "entry is a JSON %s, not an object",
+                           json_kind(v));
+    /* Copy the name first so the entry can be freed whatever fails next. */
+    char *name = malloc(klen + 1);
+    if (!name) return tzr_fail(TZR_ENOMEM, "out of memory");
+    memcpy(name, key, klen);
+    name[klen] = 0;
+    e->pub.name = name;
+    e->pub.name_len = klen;
+
+    /* Unknown extra fields are ignored, as the reference reader does. */
+    json_t *jd = json_object_get(v, "dtype");
+    json_t *js = json_object_get(v, "shape");
+    json_t *jo = json_object_get(v, "data_offsets");
+    if (!jd || !js || !jo)
+        return tensor_fail(f, key, klen, TZR_EFORMAT, "missing field '%s'",
+                           !jd ? "dtype" : !js ? "shape" : "data_offsets");
+    if (!json_is_string(jd))
+        return tensor_fail(f, key, klen, TZR_EFORMAT, "'dtype' is a JSON %s, not a string",
+                           json_kind(jd));
+    tzr_dtype dt;
+    if (tzr_st_dtype_parse(json_string_value(jd), &dt) != 0) {
+        char db[TZR_NAMEBUF];
+        return tensor_fail(f, key, klen, TZR_ENOTSUP, "dtype '%s' is not supported",
+                           tzr_printable(json_string_value(jd), json_string_length(jd), db,
+                                         sizeof db));
+    }
+    e->pub.dtype = dt;
+    e->pub.st_dtype = tzr_st_dtype_name(dt); /* static canonical string */
+
+    if (!json_is_array(js))
+        return tensor_fail(f, key, klen, TZR_EFORMAT, "'shape' is a JSON %s, not an array",
+                           json_kind(js));
+    size_t ndim = json_array_size(js);
+    if (ndim > TZR_MAX_DIMS)
+        return tensor_fail(f, key, klen, TZR_ELIMIT, "shape has %zu dimensions (limit %d)", ndim,
+                           TZR_MAX_DIMS);
+    uint64_t *shape = calloc(ndim ? ndim : 1, sizeof *shape);
+    if (!shape) return tzr_fail(TZR_ENOMEM, "out of memory");
+    e->pub.shape = shape;
+    e->pub.ndim = (uint32_t)ndim;
+    int has_zero = 0;
+    for (size_t i = 0; i < ndim; i++) {
+        json_t *d = json_array_get(js, i);
+        if (!get_u64(d, &shape[i]))
+            return tensor_fail(f, key, klen, TZR_EFORMAT,
+                               "shape[%zu] is not a non-negative integer (a JSON %s)", i,
+                               json_kind(d));
+        has_zero |= shape[i] == 0;
+    }
+    char sb[160];
+    /* A zero dimension makes the tensor empty however large the others
+     * are, so only a product without zeros can overflow. */
+    uint64_t numel = 1, nbytes = 0;
+    if (!has_zero) {
+        for (size_t i = 0; i < ndim; i++)
+            if (!tzr_mul_ok(numel, shape[i], &numel))
+                return tensor_fail(f, key, klen, TZR_EFORMAT,
+                                   "shape %s has more than 2^64 elements",
+                                   shape_str(shape, e->pub.ndim, sb, sizeof sb));
+        if (!tzr_mul_ok(numel, tzr_dtype_size(dt), &nbytes))
+            return tensor_fail(f, key, klen, TZR_EFORMAT, "shape %s %s has more than 2^64 bytes",
+                               shape_str(shape, e->pub.ndim, sb, sizeof sb), e->pub.st_dtype);
+    }
+
+    if (!json_is_array(jo) || json_array_size(jo) != 2 ||
+        !get_u64(json_array_get(jo, 0), &e->begin) || !get_u64(json_array_get(jo, 1), &e->end))
+        return tensor_fail(f, key, klen, TZR_EFORMAT,
+                           "'data_offsets' is not an array of two non-negative integers");
+    if (e->begin > e->end)
+        return tensor_fail(f, key, klen, TZR_EFORMAT, "data_offsets [%llu, %llu] end before they begin",
+                           (unsigned long long)e->begin, (unsigned long long)e->end);
+    if (e->end - e->begin != nbytes)
+        return tensor_fail(f, key, klen, TZR_EFORMAT,
+                           "data_offsets [%llu, %llu] disagree with shape %s %s (%llu bytes)",
+                           (unsigned long long)e->begin, (unsigned long long)e->end,
+                           shape_str(shape, e->pub.ndim, sb, sizeof sb), e->pub.st_dtype,
+                           (unsigned long long)nbytes);
+    if (e->end > data_len)
+        return tensor_fail(f, key, klen, TZR_ETRUNC,
+                           "data_offsets [%llu, %llu] (file bytes %llu..%llu) run past the end of "
+                           "the data region (%llu bytes; file is %zu bytes)",
+                           (unsigned long long)e->begin, (unsigned long long)e->end,
+                           (unsigned long long)(8 + f->header_len + e->begin),
+                           (unsigned long long)(8 + f->header_len + e->end),
+                           (unsigned long long)data_len, f->len);
+    e->pub.nbytes = nbytes;
+    e->pub.data_offset = 8 + f->header_len + e->begin; /* <= len: cannot overflow */
+    return 0;
+}
+
+static int parse_metadata(tzr_st_file *f, json_t *m) {
+    if (!json_is_object(m))
+        return tzr_fail(TZR_EFORMAT, "%s: '__metadata__' (header bytes 8..%llu) is a JSON %s, not an object",
+                        f->name, (unsigned long long)(8 + f->header_len), json_kind(m));
+    size_t cap = json_object_size(m);
+    f->meta = calloc(cap ? 2 * cap : 1, sizeof *f->meta);
+    if (!f->meta) return tzr_fail(TZR_ENOMEM, "out of memory");
+    const char *k;
+    size_t klen;
+    json_t *v;
+    json_object_keylen_foreach(m, k, klen, v) {
+        char nb[TZR_NAMEBUF];
+        if (!json_is_string(v))
+            return tzr_fail(TZR_EFORMAT, "%s: '__metadata__' key '%s' (header bytes 8..%llu) has a JSON %s, not a string",
+                            f->name, tzr_printable(k, klen, nb, sizeof nb),
+                            (unsigned long long)(8 + f->header_len), json_kind(v));
+        /* jansson was not given JSON_ALLOW_NUL: no string holds a NUL. */
+        char *ks = strdup(k), *vs = strdup(json_string_value(v));
+        f->meta[2 * f->n_meta] = ks;
+        f->meta[2 * f->n_meta + 1] = vs;
+        f->n_meta++;
+        if (!ks || !vs) return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int cmp_offset(const void *a, const void *b) {
+    const st_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->json_idx < y->json_idx ? -1 : x->json_idx > y->json_idx;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    const st_entry *x = *(st_entry *const *)a, *y = *(st_entry *const *)b;
+    size_t n = x->pub.name_len < y->pub.name_len ? x->pub.name_len : y->pub.name_len;
+    int c = memcmp(x->pub.name, y->pub.name, n);
+    if (c) return c;
+    return x->pub.name_len < y->pub.name_len ? -1 : x->pub.name_len > y->pub.name_len;
+}
+
+static int parse_into(tzr_st_file *f) {
+    if (f->len < 8)
+        return tzr_fail(TZR_ETRUNC, "%s: %zu bytes is too short for the 8-byte header length",
+                        f->name, f->len);
+    uint64_t n = tzr_ld64(f->base);
+    if (n > TZR_ST_MAX_HEADER)
+        return tzr_fail(TZR_ELIMIT, "%s: header length %llu (byte 0) is over the %llu-byte cap (file is %zu bytes)",
+                        f->name, (unsigned long long)n, (unsigned long long)TZR_ST_MAX_HEADER, f->len);
+    if (n > f->len - 8)
+        return tzr_fail(TZR_ETRUNC, "%s: header length %llu (byte 0) runs past the end of the file (%zu bytes)",
+                        f->name, (unsigned long long)n, f->len);
+    f->header_len = n;
+    uint64_t data_len = f->len - 8 - n;
+
+    json_error_t err;
+    /* Duplicate keys must fail: jansson would otherwise keep the last one,
+     * and two readers could disagree about which bytes a name means. */
+    json_t *root = json_loadb((const char *)f->base + 8, (size_t)n, JSON_REJECT_DUPLICATES, &err);
+    if (!root) {
+        int code = json_error_code(&err) == json_error_duplicate_key ? TZR_EDUP : TZR_EFORMAT;
+        return tzr_fail(code, "%s: header JSON (bytes 8..%llu) invalid near byte %llu (line %d, column %d): %s",
+                        f->name, (unsigned long long)(8 + n),
+                        (unsigned long long)(8 + (uint64_t)(err.position > 0 ? err.position : 0)),
+                        err.line, err.column, err.text);
+    }
+    int rc = 0;
+    if (!json_is_object(root)) {
+        rc = tzr_fail(TZR_EFORMAT, "%s: header JSON (bytes 8..%llu) is a JSON %s, not an object",
+                      f->name, (unsigned long long)(8 + n), json_kind(root));
+        goto out;
+    }
+    size_t cap = json_object_size(root);
+    f->t = calloc(cap ? cap : 1, sizeof *f->t);
+    if (!f->t) {
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        goto out;
+    }
+    const char *k;
+    size_t klen, idx = 0;
+    json_t *v;
+    json_object_keylen_foreach(root, k, klen, v) {
+        if (klen == 12 && memcmp(k, "__metadata__", 12) == 0) {
+            rc = parse_metadata(f, v);
+        } else {
+            st_entry *e = &f->t[f->n++];
+            e->json_idx = idx++;
+            rc = parse_tensor(f, k, klen, v, e, data_len);
+        }
+        if (rc) goto out;
+    }
+
+    qsort(f->t, f->n, sizeof *f->t, cmp_offset);
+    /* After sorting by start, a tensor overlaps an earlier one exactly when
+     * it starts before the furthest end seen so far. Zero-byte tensors
+     * hold no bytes and so overlap nothing. */
+    const st_entry *far = NULL;
+    for (size_t i = 0; i < f->n; i++) {
+        st_entry *e = &f->t[i];
+        if (e->pub.nbytes == 0) continue;
+        if (far && e->begin < far->end) {
+            char nb[TZR_NAMEBUF];
+            rc = tensor_fail(f, e->pub.name, e->pub.name_len, TZR_EFORMAT,
+                             "data_offsets [%llu, %llu] (file byte %llu) overlap tensor '%s' [%llu, %llu]",
+                             (unsigned long long)e->begin, (unsigned long long)e->end,
+                             (unsigned long long)e->pub.data_offset,
+                             tzr_printable(far->pub.name, far->pub.name_len, nb, sizeof nb),
+                             (unsigned long long)far->begin, (unsigned long long)far->end);
+            goto out;
+        }
+        if (!far || e->end > far->end) far = e;
+    }
+    f->by_name = malloc((f->n ? f->n : 1) * sizeof *f->by_name);
+    if (!f->by_name) {
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < f->n; i++) f->by_name[i] = &f->t[i];
+    qsort(f->by_name, f->n, sizeof *f->by_name, cmp_name);
+out:
+    json_decref(root);
+    return rc;
+}
+
+static tzr_st_file *file_new(const char *name) {
+    tzr_st_file *f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    f->name = strdup(name ? name : "<memory>");
+    if (!f->name) {
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+int tzr_st_parse(tzr_st_file **out, const void *bytes, size_t len, const char *name) {
+    if (!out) return tzr_fail(TZR_EINVAL, "tzr_st_parse: NULL out");
+    *out = NULL;
+    if (!bytes && len) return tzr_fail(TZR_EINVAL, "tzr_st_parse: NULL bytes");
+    tzr_st_file *f = file_new(name);
+    if (!f) return tzr_fail(TZR_ENOMEM, "out of memory");
+    f->base = bytes ? bytes : (const uint8_t *)"";
+    f->len = len;
+    int rc = parse_into(f);
+    if (rc) {
+        tzr_st_free(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+int tzr_st_open(tzr_st_file **out, const char *path) {
+    if (!out) return tzr_fail(TZR_EINVAL, "tzr_st_open: NULL out");
+    *out = NULL;
+    if (!path || !*path) return tzr_fail(TZR_EINVAL, "tzr_st_open: empty path");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return tzr_fail(TZR_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return tzr_fail(TZR_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return tzr_fail(TZR_EINVAL, "%s: not a regular file", path);
+    }
+    tzr_st_file *f = file_new(path);
+    if (!f) {
+        close(fd);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    f->base = (const uint8_t *)"";
+    f->len = (size_t)st.st_size;
+    /* mmap refuses length 0; an empty file simply parses as too short. */
+    if (f->len > 0) {
+        void *m = mmap(NULL, f->len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            tzr_st_free(f);
+            return tzr_fail(TZR_EIO, "%s: cannot map %lld bytes: %s", path, (long long)st.st_size,
+                            strerror(e));
+        }
+        f->map = m;
+        f->base = m;
+    }
+    close(fd); /* the mapping keeps the file */
+    int rc = parse_into(f);
+    if (rc) {
+        tzr_st_free(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+size_t tzr_st_count(const tzr_st_file *f) { return f ? f->n : 0; }
+
+const tzr_st_tensor *tzr_st_get(const tzr_st_file *f, size_t i) {
+    return f && i < f->n ? &f->t[i].pub : NULL;
+}
+
+const void *tzr_st_data(const tzr_st_file *f, size_t i) {
+    return f && i < f->n ? f->base + f->t[i].pub.data_offset : NULL;
+}
+
+int tzr_st_find(const tzr_st_file *f, const char *name, size_t name_len, size_t *index) {
+    if (!f || (!name && name_len)) return tzr_fail(TZR_EINVAL, "tzr_st_find: NULL argument");
+    size_t lo = 0, hi = f->n;
+    st_entry key = {.pub = {.name = name ? name : "", .name_len = name_len}};
+    const st_entry *kp = &key;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = cmp_name(&kp, &f->by_name[mid]);
+        if (c == 0) {
+            if (index) *index = (size_t)(f->by_name[mid] - f->t);
+            return 0;
+        }
+        if (c < 0) hi = mid;
+        else lo = mid + 1;
+    }
+    char nb[TZR_NAMEBUF];
+    return tzr_fail(TZR_ENOTFOUND, "%s: no tensor '%s'", f->name,
+                    tzr_printable(name ? name : "", name_len, nb, sizeof nb));
+}
+
+size_t tzr_st_metadata_count(const tzr_st_file *f) { return f ? f->n_meta : 0; }
+
+int tzr_st_metadata_get(const tzr_st_file *f, size_t i, const char **key, const char **value) {
+    if (!f || i >= f->n_meta)
+        return tzr_fail(TZR_EINVAL, "metadata index %zu out of range (%zu entries)", i,
+                        f ? f->n_meta : 0);
+    if (key) *key = f->meta[2 * i];
+    if (value) *value = f->meta[2 * i + 1];
+    return 0;
+}
+
+void tzr_st_free(tzr_st_file *f) {
+    if (!f) return;
+    for (size_t i = 0; i < f->n; i++) {
+        free((void *)f->t[i].pub.name);
+        free((void *)f->t[i].pub.shape);
+    }
+    free(f->t);
+    free(f->by_name);
+    for (size_t i = 0; i < 2 * f->n_meta; i++) free(f->meta[i]);
+    free(f->meta);
+    if (f->map) munmap(f->map, f->len);
+    free(f->name);
+    free(f);
+}
+
+/* ---------------------------------------------------------------- writer */
+
+/* Strict UTF-8 (no overlong forms, surrogates or values past U+10FFFF):
+ * exactly what jansson accepts on reading, so whatever the writer emits
+ * reads back. NUL is refused too: jansson rejects "\u0000" in strings. */
+static int utf8_ok(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c == 0) return 0;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned cp;
+        if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
+        else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
+        else return 0;
+        if (n - i < len) return 0;
+        for (size_t j = 1; j < len; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (s[i + j] & 0x3F);
+        }
+        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* Growable byte buffer for the header. */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->cap - b->len < n) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap - b->len < n) {
+            if (cap > SIZE_MAX / 2) {
+                b->oom = 1;
+                return;
+            }
+            cap *= 2;
+        }
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+static void sb_lit(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+static void sb_u64(sbuf *b, uint64_t v) {
+    char t[24];
+    sb_put(b, t, (size_t)snprintf(t, sizeof t, "%llu", (unsigned long long)v));
+}
+/* JSON string with the escapes serde_json (the reference writer) uses:
+ * the short forms for " \ \b \f \n \r \t, \u00xx (lowercase hex) for the
+ * other control bytes, everything else (UTF-8, DEL, '/') as is. */
+static void sb_jstr(sbuf *b, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    sb_put(b, "\"", 1);
+    size_t run = 0; /* start of bytes not yet copied */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = NULL;
+        char u[7];
+        switch (c) {
+        case '"': esc = "\\\""; break;
+        case '\\': esc = "\\\\"; break;
+        case '\b': esc = "\\b"; break;
+        case '\f': esc = "\\f"; break;
+        case '\n': esc = "\\n"; break;
+        case '\r': esc = "\\r"; break;
+        case '\t': esc = "\\t"; break;
+        default:
+            if (c < 0x20) {
+                memcpy(u, "\\u00", 4);
+                u[4] = hex[c >> 4];
+                u[5] = hex[c & 15];
+                u[6] = 0;
+                esc = u;
+            }
+        }
+        if (!esc) continue;
+        sb_put(b, s + run, i - run);
+        sb_lit(b, esc);
+        run = i + 1;
+    }
+    sb_put(b, s + run, n - run);
+    sb_put(b, "\"", 1);
+}
+
+typedef struct span {
+    uint64_t a, b; /* [a, b) already put */
+} span;
+
+typedef struct wtensor {
+    char *name; /* copy, for messages */
+    size_t name_len;
+    uint64_t off; /* relative to the data region */
+    uint64_t nbytes;
+    span *spans; /* sorted, disjoint, not touching */
+    size_t nspans, cap;
+} wtensor;
+
+struct tzr_st_writer {
+    tzr_output *out;
+    uint64_t data_start; /* 8 + padded header length */
+    wtensor *t;
+    size_t n;
+};
+
+static void writer_free(tzr_st_writer *w) {
+    for (size_t i = 0; i < w->n; i++) {
+        free(w->t[i].name);
+        free(w->t[i].spans);
+    }
+    free(w->t);
+    free(w);
+}
+
+static void output_discard(tzr_output *o) {
+    if (!o) return;
+    if (o->abort) o->abort(o);
+    if (o->destroy) o->destroy(o);
+}
+
+static int cmp_wname(const void *a, const void *b) {
+    const wtensor *x = *(wtensor *const *)a, *y = *(wtensor *const *)b;
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = memcmp(x->name, y->name, n);
+    if (c) return c;
+    return x->name_len < y->name_len ? -1 : x->name_len > y->name_len;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Check one declared tensor and fill its writer entry. */
+static int check_decl(const tzr_st_tensor *d, size_t i, wtensor *t, const char **st_name) {
+    char nb[TZR_NAMEBUF];
+    if (!d->name) return tzr_fail(TZR_EINVAL, "safetensors writer: tensor %zu has no name", i);
+    const char *pn = tzr_printable(d->name, d->name_len, nb, sizeof nb);
+    if (d->name_len == 0) return tzr_fail(TZR_EINVAL, "safetensors writer: tensor %zu has an empty name", i);
+    if (!utf8_ok((const unsigned char *)d->name, d->name_len))
+        return tzr_fail(TZR_EINVAL, "safetensors writer: tensor %zu name '%s' is not UTF-8 without NUL bytes", i, pn);
+    if (d->name_len == 12 && memcmp(d->name, "__metadata__", 12) == 0)
+        return tzr_fail(TZR_EINVAL, "safetensors writer: tensor %zu: '__metadata__' is reserved", i);
+    tzr_dtype dt = d->dtype;
+    if (dt == TZR_DTYPE_UNKNOWN && d->st_dtype && tzr_st_dtype_parse(d->st_dtype, &dt) != 0)
+        return tzr_fail_prefix(TZR_ENOTSUP, "safetensors writer: tensor '%s': ", pn);
+    *st_name = tzr_st_dtype_name(dt);
+    if (!*st_name)
+        return tzr_fail(TZR_ENOTSUP, "safetensors writer: tensor '%s': dtype %s has no safetensors equivalent",
+                        pn, tzr_dtype_name(dt));
+    if (d->ndim > TZR_MAX_DIMS)
+        return tzr_fail(TZR_EINVAL, "safetensors writer: tensor '%s': %u dimensions (limit %d)", pn,
+                        d->ndim, TZR_MAX_DIMS);
+    if (d->ndim && !d->shape)
+        return tzr_fail(TZR_EINVAL, "safetensors writer: tensor '%s': NULL shape", pn);
+    uint64_t numel = 1, nbytes = 0;
+    int zero = 0;
+    for (uint32_t k = 0; k < d->ndim; k++) {
+        /* jansson (and so our reader) holds JSON integers as int64. */
+        if (d->shape[k] > INT64_MAX)
+            return tzr_fail(TZR_EINVAL, "safetensors writer: tensor '%s': shape[%u] = %llu is over 2^63-1",
+                            pn, k, (unsigned long long)d->shape[k]);
+        zero |= d->shape[k] == 0;
+    }
+    /* Readers (jansson, serde) hold offsets in signed or machine words;
+     * a product past INT64_MAX could never be read back. */
+    if (!zero) {
+        for (uint32_t k = 0; k < d->ndim; k++)
+            if (!tzr_mul_ok(numel, d->shape[k], &numel))
+                return tzr_fail(TZR_EINVAL, "safetensors writer: tensor '%s': shape overflows", pn);
+        if (!tzr_mul_ok(numel, tzr_dtype_size(dt), &nbytes) || nbytes > INT64_MAX)
+            return tzr_fail(TZR_EINVAL, "safetensors writer: tensor '%s': size overflows", pn);
+    }
+    if (d->nbytes != nbytes)
+        return tzr_fail(TZR_EINVAL, "safetensors writer: tensor '%s': nbytes %llu but shape and %s give %llu",
+                        pn, (unsigned long long)d->nbytes, *st_name, (unsigned long long)nbytes);
+    t->name = malloc(d->name_len + 1);
+    if (!t->name) return tzr_fail(TZR_ENOMEM, "out of memory");
+    memcpy(t->name, d->name, d->name_len);
+    t->name[d->name_len] = 0;
+    t->name_len = d->name_len;
+    t->nbytes = nbytes;
+    return 0;
+}
+
+static int build_header(tzr_st_writer *w, const tzr_st_tensor *tensors, const char **st_names,
+                        const char *const *mk, const char *const *mv, size_t n_meta, sbuf *b) {
+    /* Eight bytes for the length, filled in at the end. */
+    sb_put(b, "\0\0\0\0\0\0\0\0{", 9);
+    int first = 1;
+    /* "__metadata__" first, as the reference serializer does. */
+    if (n_meta) {
+        sb_lit(b, "\"__metadata__\":{");
+        for (size_t i = 0; i < n_meta; i++) {
+            if (i) sb_put(b, ",", 1);
+            sb_jstr(b, mk[i], strlen(mk[i]));
+            sb_put(b, ":", 1);
+            sb_jstr(b, mv[i], strlen(mv[i]));
+        }
+        sb_put(b, "}", 1);
+        first = 0;
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const tzr_st_tensor *d = &tensors[i];
+        if (!first) sb_put(b, ",", 1);
+        first = 0;
+        sb_jstr(b, d->name, d->name_len);
+        sb_lit(b, ":{\"dtype\":\"");
+        sb_lit(b, st_names[i]);
+        sb_lit(b, "\",\"shape\":[");
+        for (uint32_t k = 0; k < d->ndim; k++) {
+            if (k) sb_put(b, ",", 1);
+            sb_u64(b, d->shape[k]);
+        }
+        sb_lit(b, "],\"data_offsets\":[");
+        w->t[i].off = off;
+        if (!tzr_add_ok(off, w->t[i].nbytes, &off) || off > INT64_MAX)
+            return tzr_fail(TZR_EINVAL, "safetensors writer: total data size overflows");
+        sb_u64(b, w->t[i].off);
+        sb_put(b, ",", 1);
+        sb_u64(b, off);
+        sb_lit(b, "]}");
+    }
+    sb_put(b, "}", 1);
+    /* Pad with spaces (valid trailing JSON whitespace) so the data region
+     * starts 8-byte aligned, like the reference writer. */
+    while ((b->len - 8) % 8) sb_put(b, " ", 1);
+    if (b->oom) return tzr_fail(TZR_ENOMEM, "out of memory building the safetensors header");
+    uint64_t hlen = b->len - 8;
+    if (hlen > TZR_ST_MAX_HEADER)
+        return tzr_fail(TZR_ELIMIT, "safetensors writer: header of %llu bytes is over the %llu-byte cap",
+                        (unsigned long long)hlen, (unsigned long long)TZR_ST_MAX_HEADER);
+    tzr_st64((uint8_t *)b->p, hlen);
+    w->data_start = b->len;
+    return 0;
+}
+
+int tzr_st_writer_open(tzr_st_writer **out, tzr_output *output, const tzr_st_tensor *tensors,
+                       size_t n, const char *const *meta_keys, const char *const *meta_values,
+                       size_t n_meta) {
+    int rc;
+    tzr_st_writer *w = NULL;
+    const char **st_names = NULL, **keys = NULL;
+    wtensor **sorted = NULL;
+    sbuf b = {0};
+    if (out) *out = NULL;
+    if (!out || !output || !output->pwrite_at || (n && !tensors) ||
+        (n_meta && (!meta_keys || !meta_values))) {
+        rc = tzr_fail(TZR_EINVAL, "tzr_st_writer_open: NULL argument");
+        goto fail;
+    }
+    w = calloc(1, sizeof *w);
+    st_names = calloc(n ? n : 1, sizeof *st_names);
+    sorted = calloc(n ? n : 1, sizeof *sorted);
+    keys = calloc(n_meta ? n_meta : 1, sizeof *keys);
+    if (!w || !st_names || !sorted || !keys || !(w->t = calloc(n ? n : 1, sizeof *w->t))) {
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        goto fail;
+    }
+    w->out = output;
+    for (size_t i = 0; i < n; i++) {
+        w->n = i + 1; /* entries [0, n) are freed by writer_free */
+        if ((rc = check_decl(&tensors[i], i, &w->t[i], &st_names[i]))) goto fail;
+        sorted[i] = &w->t[i];
+    }
+    qsort(sorted, n, sizeof *sorted, cmp_wname);
+    for (size_t i = 1; i < n; i++)
+        if (cmp_wname(&sorted[i - 1], &sorted[i]) == 0) {
+            char nb[TZR_NAMEBUF];
+            rc = tzr_fail(TZR_EDUP, "safetensors writer: tensor '%s' declared twice",
+                          tzr_printable(sorted[i]->name, sorted[i]->name_len, nb, sizeof nb));
+            goto fail;
+        }
+    for (size_t i = 0; i < n_meta; i++) {
+        if (!meta_keys[i] || !meta_values[i] ||
+            !utf8_ok((const unsigned char *)meta_keys[i], strlen(meta_keys[i])) ||
+            !utf8_ok((const unsigned char *)meta_values[i], strlen(meta_values[i]))) {
+            rc = tzr_fail(TZR_EINVAL, "safetensors writer: metadata entry %zu is NULL or not UTF-8", i);
+            goto fail;
+        }
+        keys[i] = meta_keys[i];
+    }
+    qsort(keys, n_meta, sizeof *keys, cmp_str);
+    for (size_t i = 1; i < n_meta; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0) {
+            char nb[TZR_NAMEBUF];
+            rc = tzr_fail(TZR_EDUP, "safetensors writer: metadata key '%s' given twice",
+                          tzr_printable(keys[i], strlen(keys[i]), nb, sizeof nb));
+            goto fail;
+        }
+    if ((rc = build_header(w, tensors, st_names, meta_keys, meta_values, n_meta, &b))) goto fail;
+    if ((rc = output->pwrite_at(output, b.p, b.len, 0))) goto fail;
+    free(b.p);
+    free(st_names);
+    free(sorted);
+    free(keys);
+    *out = w;
+    return 0;
+fail:
+    free(b.p);
+    free(st_names);
+    free(sorted);
+    free(keys);
+    if (w) writer_free(w);
+    output_discard(output);
+    return rc;
+}
+
+/* Record [a, b) as put, merging with any span it overlaps or touches. */
+static int span_add(wtensor *t, uint64_t a, uint64_t b) {
+    /* First span that ends at or after a: earlier ones are untouched. */
+    size_t lo = 0, hi = t->nspans;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->spans[mid].b < a) lo = mid + 1;
+        else hi = mid;
+    }
+    size_t end = lo;
+    while (end < t->nspans && t->spans[end].a <= b) {
+        if (t->spans[end].a < a) a = t->spans[end].a;
+        if (t->spans[end].b > b) b = t->spans[end].b;
+        end++;
+    }
+    if (end > lo) { /* replace spans [lo, end) with one */
+        t->spans[lo] = (span){a, b};
+        memmove(t->spans + lo + 1, t->spans + end, (t->nspans - end) * sizeof *t->spans);
+        t->nspans -= end - lo - 1;
+        return 0;
+    }
+    if (t->nspans == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 4;
+        span *p = realloc(t->spans, cap * sizeof *p);
+        if (!p) return tzr_fail(TZR_ENOMEM, "out of memory");
+        t->spans = p;
+        t->cap = cap;
+    }
+    memmove(t->spans + lo + 1, t->spans + lo, (t->nspans - lo) * sizeof *t->spans);
+    t->spans[lo] = (span){a, b};
+    t->nspans++;
+    return 0;
+}
+
+int tzr_st_writer_put(tzr_st_writer *w, size_t i, uint64_t off, const void *data, size_t len) {
+    if (!w) return tzr_fail(TZR_EINVAL, "tzr_st_writer_put: NULL writer");
+    if (i >= w->n)
+        return tzr_fail(TZR_EINVAL, "safetensors writer: tensor index %zu out of range (%zu tensors)", i, w->n);
+    wtensor *t = &w->t[i];
+    char nb[TZR_NAMEBUF];
+    uint64_t end;
+    if (!tzr_add_ok(off, len, &end) || end > t->nbytes)
+        return tzr_fail(TZR_EINVAL, "safetensors writer: tensor '%s': %zu bytes at %llu run past its %llu bytes",
+                        tzr_printable(t->name, t->name_len, nb, sizeof nb), len,
+                        (unsigned long long)off, (unsigned long long)t->nbytes);
+    if (len == 0) return 0;
+    if (!data) return tzr_fail(TZR_EINVAL, "tzr_st_writer_put: NULL data");
+    /* Cannot overflow: data_start + every tensor's end was checked to fit. */
+    int rc = w->out->pwrite_at(w->out, data, len, w->data_start + t->off + off);
+    if (rc) return rc;
+    return span_add(t, off, end);
+}
+
+int tzr_st_writer_close(tzr_st_writer *w) {
+    if (!w) return tzr_fail(TZR_EINVAL, "tzr_st_writer_close: NULL writer");
+    int rc = 0;
+    for (size_t i = 0; i < w->n && !rc; i++) {
+        wtensor *t = &w->t[i];
+        if (t->nbytes == 0 || (t->nspans == 1 && t->spans[0].a == 0 && t->spans[0].b == t->nbytes))
+            continue;
+        uint64_t put = 0;
+        for (size_t k = 0; k < t->nspans; k++) put += t->spans[k].b - t->spans[k].a;
+        uint64_t hole = t->nspans && t->spans[0].a == 0 ? t->spans[0].b : 0;
+        char nb[TZR_NAMEBUF];
+        rc = tzr_fail(TZR_EINVAL, "%s: tensor '%s': only %llu of %llu bytes were put (first missing byte %llu)",
+                      w->out->name ? w->out->name : "safetensors writer",
+                      tzr_printable(t->name, t->name_len, nb, sizeof nb), (unsigned long long)put,
+                      (unsigned long long)t->nbytes, (unsigned long long)hole);
+    }
+    if (!rc && w->out->finish) rc = w->out->finish(w->out);
+    if (rc && w->out->abort) w->out->abort(w->out);
+    if (w->out->destroy) w->out->destroy(w->out);
+    writer_free(w);
+    return rc;
+}
+
+void tzr_st_writer_abort(tzr_st_writer *w) {
+    if (!w) return;
+    output_discard(w->out);
+    writer_free(w);
+}

@@ -1,0 +1,240 @@
+/* CUDA device sink: staging slots are pinned host memory; each slot's
+ * copies go on one of a few non-blocking streams, and an event recorded
+ * after a slot's last copy is its fence. */
+#include "cuda_rt.h"
+#include "tzr_load.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#define NSTREAMS 4
+
+typedef struct dev_tensor {
+    uint8_t *ptr;
+    uint64_t len;
+    int owned;
+} dev_tensor;
+
+typedef struct cuda_sink {
+    tzr_sink base;
+    const tzr_cuda_api *api;
+    int device;
+    tzr_device_dest_fn dest;
+    void *dest_ctx;
+    tzr_cuda_stream streams[NSTREAMS];
+    pthread_mutex_t lock;   /* events array */
+    tzr_cuda_event *events; /* index slot+1 (slot -1: zero fills) */
+    size_t nevents;
+    dev_tensor *t;          /* grown in begin_tensor, before any copy */
+    size_t n;
+} cuda_sink;
+
+static _Thread_local int thread_device = -1;
+
+/* The current device is per thread in CUDA; pipeline threads are ours. */
+static int use_device(cuda_sink *c) {
+    if (thread_device == c->device) return 0;
+    int err = c->api->cudaSetDevice(c->device);
+    if (err) return tzr_cuda_fail(c->api, err, "cudaSetDevice");
+    thread_device = c->device;
+    return 0;
+}
+
+static tzr_cuda_stream stream_of(cuda_sink *c, int slot) { return c->streams[(unsigned)(slot + 1) % NSTREAMS]; }
+
+static int cuda_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
+    cuda_sink *c = (cuda_sink *)s;
+    int rc = use_device(c);
+    if (rc) return rc;
+    if (index >= c->n) {
+        size_t n = c->n ? c->n : 64;
+        while (n <= index) n *= 2;
+        dev_tensor *grown = realloc(c->t, n * sizeof *grown);
+        if (!grown) return tzr_fail(TZR_ENOMEM, "out of memory");
+        memset(grown + c->n, 0, (n - c->n) * sizeof *grown);
+        c->t = grown;
+        c->n = n;
+    }
+    dev_tensor *d = &c->t[index];
+    d->len = t->nbytes;
+    char nb[TZR_NAMEBUF];
+    if (c->dest) {
+        d->ptr = c->dest(c->dest_ctx, index, t);
+        if (!d->ptr && t->nbytes)
+            return tzr_fail(TZR_EINVAL, "tensor '%s': the device destination callback returned NULL",
+                            tzr_printable(t->name, t->name_len, nb, sizeof nb));
+        return 0;
+    }
+    void *p = NULL;
+    int err = c->api->cudaMalloc(&p, t->nbytes ? (size_t)t->nbytes : 1);
+    if (err) {
+        tzr_cuda_fail(c->api, err, "cudaMalloc");
+        return tzr_fail_prefix(TZR_EDEVICE, "tensor '%s' (%llu bytes): ",
+                               tzr_printable(t->name, t->name_len, nb, sizeof nb), (unsigned long long)t->nbytes);
+    }
+    d->ptr = p;
+    d->owned = 1;
+    return 0;
+}
+
+static int cuda_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const void *src, size_t len) {
+    cuda_sink *c = (cuda_sink *)s;
+    int rc = use_device(c);
+    if (rc) return rc;
+    if (index >= c->n || off > c->t[index].len || len > c->t[index].len - off)
+        return tzr_fail(TZR_EINVAL, "cuda sink: copy outside tensor %zu", index);
+    int err = c->api->cudaMemcpyAsync(c->t[index].ptr + off, src, len, TZR_CUDA_MEMCPY_H2D, stream_of(c, slot));
+    return err ? tzr_cuda_fail(c->api, err, "cudaMemcpyAsync") : 0;
+}
+
+static int event_for(cuda_sink *c, size_t i, tzr_cuda_event *ev) {
+    pthread_mutex_lock(&c->lock);
+    if (i >= c->nevents) {
+        size_t n = c->nevents ? c->nevents : 16;
+        while (n <= i) n *= 2;
+        tzr_cuda_event *grown = realloc(c->events, n * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&c->lock);
+            return tzr_fail(TZR_ENOMEM, "out of memory");
+        }
+        memset(grown + c->nevents, 0, (n - c->nevents) * sizeof *grown);
+        c->events = grown;
+        c->nevents = n;
+    }
+    int err = 0;
+    if (!c->events[i]) err = c->api->cudaEventCreateWithFlags(&c->events[i], TZR_CUDA_EVENT_DISABLE_TIMING);
+    *ev = c->events[i];
+    pthread_mutex_unlock(&c->lock);
+    return err ? tzr_cuda_fail(c->api, err, "cudaEventCreateWithFlags") : 0;
+}
+
+static int cuda_fence(tzr_sink *s, int slot, uint64_t *fence) {
+    cuda_sink *c = (cuda_sink *)s;
+    int rc = use_device(c);
+    tzr_cuda_event ev;
+    if (!rc) rc = event_for(c, (size_t)(slot + 1), &ev);
+    if (rc) return rc;
+    int err = c->api->cudaEventRecord(ev, stream_of(c, slot));
+    if (err) return tzr_cuda_fail(c->api, err, "cudaEventRecord");
+    *fence = (uint64_t)(slot + 1);
+    return 0;
+}
+
+static int cuda_wait(tzr_sink *s, uint64_t fence) {
+    cuda_sink *c = (cuda_sink *)s;
+    tzr_cuda_event ev;
+    int rc = event_for(c, (size_t)fence, &ev);
+    if (rc) return rc;
+    int err = c->api->cudaEventSynchronize(ev);
+    return err ? tzr_cuda_fail(c->api, err, "cudaEventSynchronize") : 0;
+}
+
+static void *cuda_alloc_staging(tzr_sink *s, size_t len) {
+    cuda_sink *c = (cuda_sink *)s;
+    void *p = NULL;
+    if (use_device(c)) return NULL;
+    if (c->api->cudaHostAlloc(&p, len, TZR_CUDA_HOST_ALLOC_PORTABLE) != 0) return NULL;
+    return p;
+}
+
+static void cuda_free_staging(tzr_sink *s, void *p, size_t len) {
+    (void)len;
+    cuda_sink *c = (cuda_sink *)s;
+    c->api->cudaFreeHost(p);
+}
+
+static void cuda_destroy(tzr_sink *s) {
+    cuda_sink *c = (cuda_sink *)s;
+    if (c->api) {
+        use_device(c);
+        for (int i = 0; i < NSTREAMS; i++)
+            if (c->streams[i]) {
+                c->api->cudaStreamSynchronize(c->streams[i]);
+                c->api->cudaStreamDestroy(c->streams[i]);
+            }
+        for (size_t i = 0; i < c->nevents; i++)
+            if (c->events[i]) c->api->cudaEventDestroy(c->events[i]);
+        for (size_t i = 0; i < c->n; i++)
+            if (c->t[i].owned) c->api->cudaFree(c->t[i].ptr);
+    }
+    free(c->events);
+    free(c->t);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+int tzr_sink_cuda_new(tzr_sink **out, int device, tzr_device_dest_fn dest, void *dest_ctx) {
+    *out = NULL;
+    const tzr_cuda_api *api;
+    int rc = tzr_cuda_load(&api);
+    if (rc) return rc;
+    cuda_sink *c = calloc(1, sizeof *c);
+    if (!c) return tzr_fail(TZR_ENOMEM, "out of memory");
+    pthread_mutex_init(&c->lock, NULL);
+    c->api = api;
+    c->device = device;
+    c->dest = dest;
+    c->dest_ctx = dest_ctx;
+    c->base.begin_tensor = cuda_begin;
+    c->base.submit = cuda_submit;
+    c->base.fence = cuda_fence;
+    c->base.wait = cuda_wait;
+    c->base.alloc_staging = cuda_alloc_staging;
+    c->base.free_staging = cuda_free_staging;
+    c->base.destroy = cuda_destroy;
+    c->base.name = "cuda";
+    c->base.ctx = c;
+    rc = use_device(c);
+    for (int i = 0; !rc && i < NSTREAMS; i++) {
+        int err = api->cudaStreamCreateWithFlags(&c->streams[i], TZR_CUDA_STREAM_NONBLOCKING);
+        if (err) rc = tzr_cuda_fail(api, err, "cudaStreamCreateWithFlags");
+    }
+    if (rc) {
+        cuda_destroy(&c->base);
+        return rc;
+    }
+    *out = &c->base;
+    return 0;
+}
+
+int tzr_sink_cuda_data(tzr_sink *s, size_t index, void **dev_ptr, uint64_t *len) {
+    cuda_sink *c = (cuda_sink *)s;
+    if (!s || s->destroy != cuda_destroy) return tzr_fail(TZR_EINVAL, "not a CUDA sink");
+    if (index >= c->n || !c->t[index].ptr) return tzr_fail(TZR_ENOTFOUND, "tensor %zu was not loaded", index);
+    *dev_ptr = c->t[index].ptr;
+    *len = c->t[index].len;
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int tzr_cuda_h2d_bandwidth(int device, size_t bytes, int reps, double *gbps) {
+    const tzr_cuda_api *api;
+    int rc = tzr_cuda_load(&api);
+    if (rc) return rc;
+    int err = api->cudaSetDevice(device);
+    if (err) return tzr_cuda_fail(api, err, "cudaSetDevice");
+    thread_device = device;
+    void *host = NULL, *dev = NULL;
+    if ((err = api->cudaHostAlloc(&host, bytes, TZR_CUDA_HOST_ALLOC_PORTABLE))) return tzr_cuda_fail(api, err, "cudaHostAlloc");
+    if ((err = api->cudaMalloc(&dev, bytes))) {
+        api->cudaFreeHost(host);
+        return tzr_cuda_fail(api, err, "cudaMalloc");
+    }
+    memset(host, 1, bytes);
+    err = api->cudaMemcpy(dev, host, bytes, TZR_CUDA_MEMCPY_H2D); /* warm-up */
+    double t0 = now_s();
+    for (int i = 0; i < reps && !err; i++) err = api->cudaMemcpy(dev, host, bytes, TZR_CUDA_MEMCPY_H2D);
+    if (!err) err = api->cudaDeviceSynchronize();
+    double secs = now_s() - t0;
+    api->cudaFree(dev);
+    api->cudaFreeHost(host);
+    if (err) return tzr_cuda_fail(api, err, "cudaMemcpy");
+    *gbps = secs > 0 ? (double)bytes * reps / secs / 1e9 : 0;
+    return 0;
+}

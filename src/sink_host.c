@@ -1,0 +1,123 @@
+/* Host-memory sink: the pipeline reads straight into each tensor's final
+ * buffer (library-allocated, or handed out by the caller). Also the null
+ * sink, which only accepts bytes (verification, benchmarks). */
+#include "internal.h"
+#include "tzr_load.h"
+
+#include <string.h>
+
+typedef struct host_tensor {
+    uint8_t *data;
+    uint64_t len;
+    int owned;
+} host_tensor;
+
+typedef struct host_sink {
+    tzr_sink base;
+    tzr_host_dest_fn dest;
+    void *dest_ctx;
+    host_tensor *t;   /* grown in begin_tensor, which runs before any copy */
+    size_t n;
+} host_sink;
+
+static int host_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
+    host_sink *h = (host_sink *)s;
+    if (index >= h->n) {
+        size_t n = h->n ? h->n : 64;
+        while (n <= index) n *= 2;
+        host_tensor *grown = realloc(h->t, n * sizeof *grown);
+        if (!grown) return tzr_fail(TZR_ENOMEM, "out of memory");
+        memset(grown + h->n, 0, (n - h->n) * sizeof *grown);
+        h->t = grown;
+        h->n = n;
+    }
+    host_tensor *ht = &h->t[index];
+    if (ht->owned) free(ht->data);
+    memset(ht, 0, sizeof *ht);
+    ht->len = t->nbytes;
+    if (h->dest) {
+        ht->data = h->dest(h->dest_ctx, index, t);
+        if (!ht->data && t->nbytes) {
+            char nb[TZR_NAMEBUF];
+            return tzr_fail(TZR_EINVAL, "tensor '%s': the destination callback returned NULL",
+                            tzr_printable(t->name, t->name_len, nb, sizeof nb));
+        }
+    } else {
+        ht->data = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+        ht->owned = 1;
+        if (!ht->data) return tzr_fail(TZR_ENOMEM, "cannot allocate %llu bytes", (unsigned long long)t->nbytes);
+    }
+    return 0;
+}
+
+static void *host_direct(tzr_sink *s, size_t index, uint64_t off, uint64_t len) {
+    host_sink *h = (host_sink *)s;
+    if (index >= h->n || off > h->t[index].len || len > h->t[index].len - off) return NULL;
+    return h->t[index].data + off;
+}
+
+static int host_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const void *src, size_t len) {
+    (void)slot;
+    uint8_t *dst = host_direct(s, index, off, len);
+    if (!dst) return tzr_fail(TZR_EINVAL, "host sink: copy outside tensor %zu", index);
+    memcpy(dst, src, len);
+    return 0;
+}
+
+static void host_destroy(tzr_sink *s) {
+    host_sink *h = (host_sink *)s;
+    for (size_t i = 0; i < h->n; i++)
+        if (h->t[i].owned) free(h->t[i].data);
+    free(h->t);
+    free(h);
+}
+
+int tzr_sink_host_new(tzr_sink **out, tzr_host_dest_fn dest, void *dest_ctx) {
+    host_sink *h = calloc(1, sizeof *h);
+    if (!h) return tzr_fail(TZR_ENOMEM, "out of memory");
+    h->dest = dest;
+    h->dest_ctx = dest_ctx;
+    h->base.begin_tensor = host_begin;
+    h->base.direct = host_direct;
+    h->base.submit = host_submit;
+    h->base.destroy = host_destroy;
+    h->base.name = "host";
+    h->base.ctx = h;
+    *out = &h->base;
+    return 0;
+}
+
+int tzr_sink_host_data(tzr_sink *s, size_t index, void **data, uint64_t *len) {
+    host_sink *h = (host_sink *)s;
+    if (!s || s->destroy != host_destroy) return tzr_fail(TZR_EINVAL, "not a host sink");
+    if (index >= h->n || !h->t[index].data) return tzr_fail(TZR_ENOTFOUND, "tensor %zu was not loaded", index);
+    *data = h->t[index].data;
+    *len = h->t[index].len;
+    return 0;
+}
+
+void *tzr_sink_host_take(tzr_sink *s, size_t index) {
+    host_sink *h = (host_sink *)s;
+    if (!s || s->destroy != host_destroy || index >= h->n) return NULL;
+    void *p = h->t[index].data;
+    h->t[index].owned = 0;
+    h->t[index].data = NULL;
+    return p;
+}
+
+static int null_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const void *src, size_t len) {
+    (void)s; (void)slot; (void)index; (void)off; (void)src; (void)len;
+    return 0;
+}
+
+static void null_destroy(tzr_sink *s) { free(s); }
+
+int tzr_sink_null_new(tzr_sink **out) {
+    tzr_sink *s = calloc(1, sizeof *s);
+    if (!s) return tzr_fail(TZR_ENOMEM, "out of memory");
+    s->submit = null_submit;
+    s->destroy = null_destroy;
+    s->name = "null";
+    *out = s;
+    return 0;
+}

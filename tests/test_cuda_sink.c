@@ -1,0 +1,91 @@
+/* The CUDA device sink, driven through the real dlopen path against the
+ * fake runtime in tests/fake_cuda (asynchronous streams, events, pinned
+ * host memory checks). Also: a missing runtime and a machine with the
+ * runtime but no device both give TZR_ENODEV, not a crash. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gen.h"
+#include "tzr_load.h"
+
+static char fake_lib[512], path[512];
+static gen_spec spec = {60, 3 << 20, 30000, 1, NULL};
+
+static void device_load(void) {
+    setenv("TZR_CUDART", fake_lib, 1);
+    for (int verify = 0; verify < 2; verify++) {
+        tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+        ro.verify = verify;
+        tzr_reader *r;
+        CHECK_OK(tzr_reader_open(&r, path, &ro));
+        tzr_sink *sink;
+        CHECK_OK(tzr_sink_cuda_new(&sink, 0, NULL, NULL));
+        if (!sink) return;
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.chunk_bytes = verify ? 65536 : 1 << 20;
+        o.ring_bytes = 4 * o.chunk_bytes;
+        o.threads = 3;
+        tzr_load_stats st;
+        CHECK_OK(tzr_load(r, sink, &o, &st));
+        CHECK(st.staging_bytes <= 4 * o.chunk_bytes);
+        for (size_t i = 0; i < tzr_reader_count(r); i++) {
+            uint64_t len, glen;
+            int meta;
+            uint8_t *want = gen_expected(&spec, i, &len, &meta);
+            void *dev;
+            CHECK_OK(tzr_sink_cuda_data(sink, i, &dev, &glen));
+            /* The fake's device memory is host memory, readable here. */
+            CHECK(glen == len && memcmp(dev, want, len) == 0);
+            free(want);
+        }
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+    }
+    double gbps = 0;
+    CHECK_OK(tzr_cuda_h2d_bandwidth(0, 1 << 20, 2, &gbps));
+    CHECK(gbps > 0);
+}
+
+/* Run fn in a child so the once-only runtime loading starts fresh. */
+static int in_child(const char *cudart, const char *devices) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("TZR_CUDART", cudart, 1);
+        if (devices) setenv("FAKE_CUDA_DEVICES", devices, 1);
+        tzr_sink *s;
+        int rc = tzr_sink_cuda_new(&s, 0, NULL, NULL);
+        int ok = rc == TZR_ENODEV && strlen(tzr_last_error()) > 0;
+        if (!ok) fprintf(stderr, "  child: rc %d: %s\n", rc, tzr_last_error());
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 99;
+}
+
+static void no_runtime(void) { CHECK(in_child("/nonexistent/libcudart.so", NULL) == 0); }
+static void no_device(void) { CHECK(in_child(fake_lib, "0") == 0); }
+
+int main(void) {
+    const char *build = getenv("TZR_BUILD");
+    snprintf(fake_lib, sizeof fake_lib, "%s/tests/libfakecudart.so", build ? build : "build");
+    if (access(fake_lib, R_OK) != 0) {
+        printf("FAIL setup: %s missing\n", fake_lib);
+        return 1;
+    }
+    char *abs = realpath(fake_lib, NULL);
+    snprintf(fake_lib, sizeof fake_lib, "%s", abs);
+    free(abs);
+    snprintf(path, sizeof path, "%s/dev.tensors", check_tmpdir());
+    if (gen_write(&spec, path)) {
+        printf("FAIL setup: %s\n", tzr_last_error());
+        return 1;
+    }
+    RUN(no_runtime);
+    RUN(no_device);
+    RUN(device_load);
+    return check_done();
+}

@@ -1,0 +1,478 @@
+/* The pipelined loader: every byte lands once and correctly under random
+ * delays of a fake asynchronous sink that poisons staging memory after each
+ * fence; no slot is reused before its fence; read errors, hash mismatches,
+ * callback errors and cancellation stop the load cleanly with the first
+ * error; memory stays within the ring budget. Run under ASan and TSan too. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gen.h"
+#include "tzr_load.h"
+
+static const uint8_t KEY[32] = {7, 7, 7, 7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28};
+
+static char plain_path[512], enc_path[512];
+static gen_spec plain_spec = {120, 3 << 20, 20000, 1, NULL};
+static gen_spec enc_spec = {30, 5 << 20, 9000, 1, KEY};
+
+static tzr_reader *open_r(const char *path, const uint8_t *key, int verify) {
+    tzr_reader_options o = TZR_READER_OPTIONS_INIT;
+    o.crypt.key = key;
+    o.verify = verify;
+    tzr_reader *r = NULL;
+    int rc = tzr_reader_open(&r, path, &o);
+    if (rc) fprintf(stderr, "  open %s: %s\n", path, tzr_last_error());
+    return r;
+}
+
+/* Completion order and count. */
+typedef struct order {
+    size_t next_min;
+    int bad_order;
+    size_t calls;
+    size_t cancel_after;
+    volatile int *cancel;
+    int fail_with;
+} order;
+
+static int on_tensor(void *ctx, size_t index, const tzr_tensor_info *t) {
+    (void)t;
+    order *o = ctx;
+    if (index < o->next_min) o->bad_order = 1;
+    o->next_min = index + 1;
+    o->calls++;
+    if (o->cancel && o->calls == o->cancel_after) __atomic_store_n(o->cancel, 1, __ATOMIC_RELAXED);
+    if (o->fail_with && o->calls == o->cancel_after) return o->fail_with;
+    return 0;
+}
+
+static void check_host(tzr_sink *sink, tzr_reader *r, const gen_spec *s) {
+    for (size_t i = 0; i < tzr_reader_count(r); i++) {
+        uint64_t len;
+        int meta;
+        uint8_t *want = gen_expected(s, i, &len, &meta);
+        void *got;
+        uint64_t glen;
+        CHECK_OK(tzr_sink_host_data(sink, i, &got, &glen));
+        CHECK(glen == len && memcmp(got, want, len) == 0);
+        free(want);
+    }
+}
+
+static void host_load_variants(void) {
+    size_t chunks[] = {4096, 65536, 1 << 20, 8 << 20};
+    int threads[] = {1, 2, 4, 8};
+    for (int v = 0; v < 2; v++)
+        for (size_t c = 0; c < 4; c++) {
+            tzr_reader *r = open_r(plain_path, NULL, v);
+            if (!r) return;
+            tzr_sink *sink;
+            CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+            tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+            o.chunk_bytes = chunks[c];
+            o.ring_bytes = 4 * chunks[c];
+            o.threads = threads[c];
+            order ord = {0};
+            o.on_tensor = on_tensor;
+            o.on_tensor_ctx = &ord;
+            tzr_load_stats st;
+            CHECK_OK(tzr_load(r, sink, &o, &st));
+            CHECK(!ord.bad_order && ord.calls == tzr_reader_count(r));
+            CHECK(st.tensors == tzr_reader_count(r));
+            CHECK(st.staging_bytes <= 4 * chunks[c] + (3 << 20)); /* big tensors read in place */
+            check_host(sink, r, &plain_spec);
+            tzr_sink_free(sink);
+            tzr_reader_free(r);
+        }
+}
+
+static void encrypted_load(void) {
+    size_t chunks[] = {65536, 4 << 20, 3 << 20};
+    for (size_t c = 0; c < 3; c++) {
+        tzr_reader *r = open_r(enc_path, KEY, 1);
+        if (!r) return;
+        tzr_sink *sink;
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.chunk_bytes = chunks[c];
+        o.ring_bytes = 32 << 20;
+        o.threads = 3;
+        CHECK_OK(tzr_load(r, sink, &o, NULL));
+        check_host(sink, r, &enc_spec);
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+    }
+}
+
+/* ---- fake asynchronous sink ------------------------------------------ */
+typedef struct copy_job {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t len;
+    int slot;
+    struct copy_job *next;
+} copy_job;
+
+typedef struct fake_sink {
+    tzr_sink base;
+    pthread_t th;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    copy_job *head, *tail;
+    uint64_t submitted, done; /* job counters */
+    uint8_t **dst;            /* per tensor */
+    uint8_t **writes;         /* per tensor per byte: times written */
+    uint64_t *len;
+    size_t n;
+    int stop;
+    unsigned seed;
+    /* per slot: the staging ranges copied since its last fence */
+    struct { const uint8_t *p; size_t n; } ranges[4096];
+    int ranges_slot[4096];
+    size_t nranges;
+    int fenced[1024];         /* slot fenced and not yet waited */
+    uint64_t fence_seq[1024];
+    int violations;
+} fake_sink;
+
+static void *fake_main(void *arg) {
+    fake_sink *f = arg;
+    pthread_mutex_lock(&f->lock);
+    for (;;) {
+        while (!f->head && !f->stop) pthread_cond_wait(&f->cond, &f->lock);
+        if (!f->head) break;
+        copy_job *j = f->head;
+        f->head = j->next;
+        if (!f->head) f->tail = NULL;
+        pthread_mutex_unlock(&f->lock);
+        struct timespec d = {0, (long)(rand_r(&f->seed) % 200) * 1000};
+        nanosleep(&d, NULL);
+        memcpy(j->dst, j->src, j->len);
+        free(j);
+        pthread_mutex_lock(&f->lock);
+        f->done++;
+        pthread_cond_broadcast(&f->cond);
+    }
+    pthread_mutex_unlock(&f->lock);
+    return NULL;
+}
+
+static int fake_begin(tzr_sink *s, size_t i, const tzr_tensor_info *t) {
+    fake_sink *f = (fake_sink *)s;
+    f->dst[i] = calloc(1, t->nbytes + 1);
+    f->writes[i] = calloc(1, t->nbytes + 1);
+    f->len[i] = t->nbytes;
+    return 0;
+}
+
+static int fake_submit(tzr_sink *s, int slot, size_t i, uint64_t off, const void *src, size_t len) {
+    fake_sink *f = (fake_sink *)s;
+    pthread_mutex_lock(&f->lock);
+    if (slot >= 0 && f->fenced[slot]) f->violations++; /* submit after fence, before wait */
+    for (size_t k = 0; k < len; k++) f->writes[i][off + k]++;
+    copy_job *j = calloc(1, sizeof *j);
+    j->dst = f->dst[i] + off;
+    j->src = src;
+    j->len = len;
+    j->slot = slot;
+    if (f->tail) f->tail->next = j;
+    else f->head = j;
+    f->tail = j;
+    f->submitted++;
+    if (slot >= 0 && f->nranges < 4096) {
+        f->ranges[f->nranges].p = src;
+        f->ranges[f->nranges].n = len;
+        f->ranges_slot[f->nranges++] = slot;
+    }
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+    return 0;
+}
+
+static int fake_fence(tzr_sink *s, int slot, uint64_t *fence) {
+    fake_sink *f = (fake_sink *)s;
+    pthread_mutex_lock(&f->lock);
+    if (slot >= 0) {
+        f->fenced[slot] = 1;
+        f->fence_seq[slot] = f->submitted;
+    }
+    *fence = ((uint64_t)(slot + 1) << 40) | f->submitted;
+    pthread_mutex_unlock(&f->lock);
+    return 0;
+}
+
+static int fake_wait(tzr_sink *s, uint64_t fence) {
+    fake_sink *f = (fake_sink *)s;
+    int slot = (int)(fence >> 40) - 1;
+    uint64_t seq = fence & ((1ull << 40) - 1);
+    pthread_mutex_lock(&f->lock);
+    while (f->done < seq) pthread_cond_wait(&f->cond, &f->lock);
+    /* The fence passed: poison the slot's staging bytes so any later use
+     * of them without a fresh read shows up as wrong data. */
+    size_t keep = 0;
+    for (size_t k = 0; k < f->nranges; k++) {
+        if (f->ranges_slot[k] == slot) {
+            memset((void *)f->ranges[k].p, 0xEE, f->ranges[k].n);
+        } else {
+            f->ranges[keep] = f->ranges[k];
+            f->ranges_slot[keep++] = f->ranges_slot[k];
+        }
+    }
+    f->nranges = keep;
+    if (slot >= 0) f->fenced[slot] = 0;
+    pthread_mutex_unlock(&f->lock);
+    return 0;
+}
+
+static void fake_destroy(tzr_sink *s) {
+    fake_sink *f = (fake_sink *)s;
+    pthread_mutex_lock(&f->lock);
+    f->stop = 1;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+    pthread_join(f->th, NULL);
+    for (size_t i = 0; i < f->n; i++) {
+        free(f->dst[i]);
+        free(f->writes[i]);
+    }
+    free(f->dst);
+    free(f->writes);
+    free(f->len);
+    free(f);
+}
+
+static fake_sink *fake_new(size_t n) {
+    fake_sink *f = calloc(1, sizeof *f);
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    f->n = n;
+    f->dst = calloc(n, sizeof *f->dst);
+    f->writes = calloc(n, sizeof *f->writes);
+    f->len = calloc(n, sizeof *f->len);
+    f->seed = (unsigned)time(NULL);
+    f->base.begin_tensor = fake_begin;
+    f->base.submit = fake_submit;
+    f->base.fence = fake_fence;
+    f->base.wait = fake_wait;
+    f->base.destroy = fake_destroy;
+    f->base.name = "fake-async";
+    pthread_create(&f->th, NULL, fake_main, f);
+    return f;
+}
+
+static void fake_async_sink(void) {
+    const char *paths[2] = {plain_path, enc_path};
+    const gen_spec *specs[2] = {&plain_spec, &enc_spec};
+    for (int k = 0; k < 2; k++)
+        for (int verify = 0; verify < 2; verify++)
+            for (int round = 0; round < 3; round++) {
+                tzr_reader *r = open_r(paths[k], specs[k]->key, verify);
+                if (!r) return;
+                fake_sink *f = fake_new(tzr_reader_count(r));
+                tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+                o.chunk_bytes = round == 0 ? 65536 : round == 1 ? (2 << 20) : (4 << 20);
+                o.ring_bytes = 3 * o.chunk_bytes;
+                o.threads = 2 + round;
+                order ord = {0};
+                o.on_tensor = on_tensor;
+                o.on_tensor_ctx = &ord;
+                CHECK_OK(tzr_load(r, &f->base, &o, NULL));
+                CHECK(f->violations == 0);
+                CHECK(!ord.bad_order && ord.calls == tzr_reader_count(r));
+                for (size_t i = 0; i < tzr_reader_count(r); i++) {
+                    uint64_t len;
+                    int meta;
+                    uint8_t *want = gen_expected(specs[k], i, &len, &meta);
+                    CHECK(f->dst[i] && f->len[i] == len && memcmp(f->dst[i], want, len) == 0);
+                    int once = 1;
+                    for (uint64_t b = 0; f->writes[i] && b < len; b++) once &= f->writes[i][b] == 1;
+                    CHECK(once);
+                    free(want);
+                }
+                tzr_sink_free(&f->base);
+                tzr_reader_free(r);
+            }
+}
+
+/* ---- faulty source ---------------------------------------------------- */
+typedef struct faulty {
+    tzr_source base;
+    tzr_source *inner;
+    uint64_t fail_at;      /* a read covering this offset fails */
+    int code;
+    atomic_int reads;
+} faulty;
+
+static int faulty_read(tzr_source *s, void *buf, size_t len, uint64_t off) {
+    faulty *f = (faulty *)s;
+    atomic_fetch_add(&f->reads, 1);
+    if (f->fail_at >= off && f->fail_at < off + len) {
+        if (f->code == TZR_ETRUNC) return tzr_set_error(TZR_ETRUNC, "%s: injected short read at offset %llu", s->name, (unsigned long long)off);
+        return tzr_set_error(f->code, "%s: injected read error at offset %llu", s->name, (unsigned long long)off);
+    }
+    return f->inner->read_at(f->inner, buf, len, off);
+}
+
+static void faulty_destroy(tzr_source *s) {
+    faulty *f = (faulty *)s;
+    tzr_source_free(f->inner);
+    free(f);
+}
+
+static tzr_reader *open_faulty(const char *path, uint64_t fail_at, int code, int verify, const uint8_t *key) {
+    faulty *f = calloc(1, sizeof *f);
+    CHECK_OK(tzr_source_open_file(&f->inner, path, 0));
+    f->base = *f->inner;
+    f->base.read_at = faulty_read;
+    f->base.destroy = faulty_destroy;
+    f->base.name = "faulty";
+    f->base.ctx = f;
+    f->fail_at = fail_at;
+    f->code = code;
+    tzr_reader_options o = TZR_READER_OPTIONS_INIT;
+    o.verify = verify;
+    o.crypt.key = key;
+    tzr_reader *r = NULL;
+    CHECK_OK(tzr_reader_open_source(&r, &f->base, &o));
+    return r;
+}
+
+static void read_errors(void) {
+    int codes[2] = {TZR_EIO, TZR_ETRUNC};
+    for (int c = 0; c < 2; c++)
+        for (int sink_kind = 0; sink_kind < 3; sink_kind++) {
+            /* Fail inside the data of tensor 13 (a big one). */
+            tzr_reader *probe = open_r(plain_path, NULL, 0);
+            const tzr_tensor_info *t = tzr_reader_tensor(probe, 13);
+            uint64_t at = t->data_offset + t->data_length / 2;
+            tzr_reader_free(probe);
+            tzr_reader *r = open_faulty(plain_path, at, codes[c], sink_kind == 1, NULL);
+            if (!r) return;
+            tzr_sink *sink;
+            fake_sink *f = NULL;
+            if (sink_kind == 0) CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+            else if (sink_kind == 1) CHECK_OK(tzr_sink_null_new(&sink));
+            else sink = &(f = fake_new(tzr_reader_count(r)))->base;
+            tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+            o.chunk_bytes = 1 << 20;
+            o.ring_bytes = 4 << 20;
+            o.threads = 4;
+            order ord = {0};
+            o.on_tensor = on_tensor;
+            o.on_tensor_ctx = &ord;
+            CHECK_RC(tzr_load(r, sink, &o, NULL), codes[c]);
+            CHECK(strstr(tzr_last_error(), "layers.13.weight") != NULL);
+            CHECK(strstr(tzr_last_error(), "offset") != NULL);
+            CHECK(ord.calls <= 13 && !ord.bad_order); /* nothing reported past the failure */
+            tzr_sink_free(sink);
+            tzr_reader_free(r);
+        }
+}
+
+static void hash_mismatch(void) {
+    /* Flip one byte in the middle of tensor 20's data in a copy. */
+    size_t n;
+    uint8_t *bytes = check_read_file(plain_path, &n);
+    tzr_reader *probe = open_r(plain_path, NULL, 0);
+    const tzr_tensor_info *t = tzr_reader_tensor(probe, 20);
+    bytes[t->data_offset + t->data_length / 2] ^= 0x40;
+    tzr_reader_free(probe);
+    for (int sink_kind = 0; sink_kind < 2; sink_kind++) {
+        tzr_source *src;
+        CHECK_OK(tzr_source_open_memory(&src, bytes, n, "corrupt.tensors"));
+        tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+        ro.verify = 1;
+        tzr_reader *r;
+        CHECK_OK(tzr_reader_open_source(&r, src, &ro));
+        tzr_sink *sink;
+        if (sink_kind == 0) CHECK_OK(tzr_sink_null_new(&sink));
+        else CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.chunk_bytes = 65536;
+        o.threads = 4;
+        CHECK_RC(tzr_load(r, sink, &o, NULL), TZR_EHASH);
+        CHECK(strstr(tzr_last_error(), "layers.20.weight") != NULL);
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+    }
+    free(bytes);
+}
+
+static void cancel_and_callback_error(void) {
+    for (int mode = 0; mode < 2; mode++) {
+        tzr_reader *r = open_r(plain_path, NULL, 1);
+        fake_sink *f = fake_new(tzr_reader_count(r));
+        volatile int cancel = 0;
+        order ord = {0};
+        ord.cancel_after = 10;
+        if (mode == 0) ord.cancel = &cancel;
+        else ord.fail_with = TZR_EINVAL;
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.chunk_bytes = 65536;
+        o.ring_bytes = 4 * 65536;
+        o.threads = 4;
+        o.cancel = &cancel;
+        o.on_tensor = on_tensor;
+        o.on_tensor_ctx = &ord;
+        CHECK_RC(tzr_load(r, &f->base, &o, NULL), mode == 0 ? TZR_ECANCELED : TZR_EINVAL);
+        CHECK(ord.calls <= (mode == 0 ? 11 : 10));
+        tzr_sink_free(&f->base);
+        tzr_reader_free(r);
+    }
+}
+
+static int only_odd(void *ctx, size_t index, const tzr_tensor_info *t) {
+    (void)ctx;
+    (void)t;
+    return index % 2 == 1;
+}
+
+static void filter_and_null_budget(void) {
+    tzr_reader *r = open_r(plain_path, NULL, 1);
+    tzr_sink *sink;
+    CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+    tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+    o.filter = only_odd;
+    tzr_load_stats st;
+    CHECK_OK(tzr_load(r, sink, &o, &st));
+    CHECK(st.tensors == tzr_reader_count(r) / 2);
+    for (size_t i = 0; i < tzr_reader_count(r); i++) {
+        void *d;
+        uint64_t len;
+        CHECK(tzr_sink_host_data(sink, i, &d, &len) == (i % 2 ? 0 : TZR_ENOTFOUND));
+    }
+    tzr_sink_free(sink);
+    /* Null sink: staging never exceeds the ring budget. */
+    CHECK_OK(tzr_sink_null_new(&sink));
+    o = (tzr_load_options)TZR_LOAD_OPTIONS_INIT;
+    o.ring_bytes = 1 << 20;
+    o.chunk_bytes = 256 << 10;
+    CHECK_OK(tzr_load(r, sink, &o, &st));
+    CHECK(st.staging_bytes <= (1 << 20));
+    CHECK(st.bytes_read >= st.bytes - 3 * 6 /* meta bytes are not read */);
+    tzr_sink_free(sink);
+    tzr_reader_free(r);
+}
+
+int main(void) {
+    snprintf(plain_path, sizeof plain_path, "%s/plain.tensors", check_tmpdir());
+    snprintf(enc_path, sizeof enc_path, "%s/enc.tensors", check_tmpdir());
+    if (gen_write(&plain_spec, plain_path) || gen_write(&enc_spec, enc_path)) {
+        printf("FAIL setup: %s\n", tzr_last_error());
+        return 1;
+    }
+    RUN(host_load_variants);
+    RUN(encrypted_load);
+    RUN(fake_async_sink);
+    RUN(read_errors);
+    RUN(hash_mismatch);
+    RUN(cancel_and_callback_error);
+    RUN(filter_and_null_budget);
+    return check_done();
+}
