@@ -3,8 +3,9 @@
 #include "internal.h"
 /* 1 if path is an s3:// or http(s):// URL. */
 TZR_HIDDEN int tzr_is_url(const char *path);
-/* Local path or URL to a source. */
+/* Local path or URL to a source (URLs: tzr_source_open_url, default options). */
 TZR_HIDDEN int tzr_source_open_path(tzr_source **out, const char *path, unsigned flags);
-/* Local path (atomic file) or s3:// URL (multipart upload) to an output. */
+/* Local path (atomic file, tzr_output_open_file) or s3:// URL (multipart
+ * upload, tzr_output_open_s3 with default options) to an output. */
 TZR_HIDDEN int tzr_output_open_path(tzr_output **out, const char *path);
 #endif

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Fault-injecting HTTP/1.1 file server for libtzr's HTTP source tests.
+
+Usage: faulty_http.py DIR PORTFILE
+Serves files of DIR on 127.0.0.1 (a free port, written to PORTFILE) with
+HEAD, GET and Range support, ETag and If-Match (412 on mismatch).
+The first path component selects a fault mode: /MODE/NAME serves DIR/NAME.
+  ok       no faults
+  e503     every 2nd GET answers 503
+  e429     every 2nd GET answers 429 (Retry-After: 0)
+  cut      every 2nd GET sends half of its body, then closes the connection
+  stall    every 2nd GET sends half of its body, then stalls for 60 s
+  etag     after 3 GETs the ETag changes (the object was "replaced")
+  die      after 3 GETs the server process exits
+  norange  ignores Range (always 200 with the whole file)
+  longer   answers 206 with one more byte than asked for
+Every request is logged to DIR/requests.log as "METHOD PATH RANGE".
+"""
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ROOT = sys.argv[1]
+LOCK = threading.Lock()
+COUNTS = {}
+
+
+def bump(mode):
+    with LOCK:
+        COUNTS[mode] = COUNTS.get(mode, 0) + 1
+        return COUNTS[mode]
+
+
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def _resolve(self):
+        parts = self.path.split("?", 1)[0].lstrip("/").split("/", 1)
+        if len(parts) != 2:
+            return None, None
+        mode, name = parts
+        path = os.path.join(ROOT, name)
+        if "/" in name or not os.path.isfile(path):
+            return mode, None
+        return mode, path
+
+    def _log(self):
+        with LOCK, open(os.path.join(ROOT, "requests.log"), "a") as f:
+            f.write("%s %s %s\n" % (self.command, self.path, self.headers.get("Range", "-")))
+
+    def _send_simple(self, code, extra=None):
+        self.send_response(code)
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_HEAD(self):
+        self._log()
+        mode, path = self._resolve()
+        if not path:
+            return self._send_simple(404)
+        size = os.path.getsize(path)
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", '"v1"')
+        self.end_headers()
+
+    def do_GET(self):
+        self._log()
+        mode, path = self._resolve()
+        if not path:
+            return self._send_simple(404)
+        n = bump(mode)
+        size = os.path.getsize(path)
+        etag = '"v1"'
+        if mode == "etag" and n > 3:
+            etag = '"v2"'
+        if mode == "die" and n > 3:
+            os._exit(0)
+        im = self.headers.get("If-Match")
+        if im is not None and im != etag:
+            return self._send_simple(412)
+        if mode == "e503" and n % 2 == 0:
+            return self._send_simple(503)
+        if mode == "e429" and n % 2 == 0:
+            return self._send_simple(429, {"Retry-After": "0"})
+        rng = self.headers.get("Range")
+        start, end, code = 0, size - 1, 200
+        if rng and mode != "norange":
+            spec = rng.split("=", 1)[1]
+            a, b = spec.split("-", 1)
+            start = int(a)
+            end = min(int(b), size - 1) if b else size - 1
+            if start >= size:
+                return self._send_simple(416, {"Content-Range": "bytes */%d" % size})
+            code = 206
+        length = end - start + 1
+        send_len = length + 1 if mode == "longer" else length
+        self.send_response(code)
+        self.send_header("Content-Length", str(send_len))
+        self.send_header("ETag", etag)
+        if code == 206:
+            self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, size))
+        self.end_headers()
+        cut = (mode in ("cut", "stall")) and n % 2 == 0
+        with open(path, "rb") as f:
+            f.seek(start)
+            left = length if not cut else max(1, length // 2)
+            while left > 0:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                self.wfile.write(chunk)
+                left -= len(chunk)
+            if mode == "longer":
+                self.wfile.write(b"X")
+        self.wfile.flush()
+        if cut:
+            if mode == "stall":
+                time.sleep(60)
+            self.close_connection = True
+
+
+def main():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    with open(sys.argv[2] + ".tmp", "w") as f:
+        f.write(str(srv.server_address[1]))
+    os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
