@@ -192,14 +192,16 @@ typedef struct tzr_reader_options {
     tzr_crypt_params crypt;   /* needed for encrypted files */
     int verify;               /* check CRC32 and SHA-256 on every read */
     int read_headers;         /* read and check every tensor header at open
-                                 (fills module_idx); cheap on local files */
+                                 (fills module_idx and encrypted); costs a
+                                 pass over small-tensor files. Default 0:
+                                 headers are read when a tensor is. */
     /* Caps on untrusted input (0 = default). */
     uint64_t max_tensors;     /* default 1<<24 */
     uint64_t max_index_bytes; /* default 1 GiB */
 } tzr_reader_options;
 
 #define TZR_READER_OPTIONS_INIT \
-    { sizeof(tzr_reader_options), {0, 0, 0, 0, 0, 0}, 0, 1, 0, 0 }
+    { sizeof(tzr_reader_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0 }
 
 /* Open a path (local file; URLs where built with HTTP support). */
 TZR_API int tzr_reader_open(tzr_reader **out, const char *path,

@@ -53,14 +53,14 @@ TZR_API void tzr_sink_free(tzr_sink *s);
  * dropped. For verification and benchmarks. */
 TZR_API int tzr_sink_null_new(tzr_sink **out);
 
-/* Host sink. With dest == NULL the library allocates each tensor
- * (tzr_sink_host_data returns it; tzr_sink_host_take hands ownership to
- * the caller, who frees it with free()). With dest set, it is asked once
- * per tensor for caller memory of t->nbytes bytes (return NULL to fail). */
+/* Host sink. With dest == NULL the library allocates the tensors (packed,
+ * 64-byte aligned, in large huge-page blocks that live until the sink is
+ * freed; tzr_sink_host_data returns each). With dest set, it is asked once
+ * per tensor for caller memory of t->nbytes bytes (return NULL to fail);
+ * the caller owns that memory. */
 typedef void *(*tzr_host_dest_fn)(void *ctx, size_t index, const tzr_tensor_info *t);
 TZR_API int tzr_sink_host_new(tzr_sink **out, tzr_host_dest_fn dest, void *dest_ctx);
 TZR_API int tzr_sink_host_data(tzr_sink *s, size_t index, void **data, uint64_t *len);
-TZR_API void *tzr_sink_host_take(tzr_sink *s, size_t index);
 
 /* CUDA device sink: pinned staging slots, cudaMemcpyAsync on its own
  * streams, events as fences. The CUDA runtime is loaded at run time
@@ -112,6 +112,8 @@ typedef struct tzr_load_stats {
     uint64_t reads;           /* read_at calls */
     size_t staging_bytes;     /* staging memory allocated */
     double seconds;
+    size_t error_tensor;      /* tensor whose failure stopped the load, or
+                                 (size_t)-1 when none or not tied to one */
 } tzr_load_stats;
 
 /* Load the selected tensors of r into sink. On failure every slot is

@@ -12,6 +12,7 @@
  * completions are reported in index order. The first error wins: it is
  * saved, everything else stops, and it is returned to the caller. */
 #include "crypt.h"
+#include "mem.h"
 #include "reader_internal.h"
 #include "tzr_load.h"
 
@@ -24,6 +25,13 @@
 #define DEFAULT_RING ((size_t)256 << 20)
 #define DEFAULT_CHUNK ((size_t)8 << 20)
 #define MAX_GAP ((uint64_t)64 << 10) /* coalesce across gaps up to this */
+/* Only tensors below this are coalesced: larger ones are read on their own,
+ * straight into host destinations (a staging copy would cost more than the
+ * extra read call saves). */
+#define COALESCE_MAX ((uint64_t)1 << 20)
+/* Slots beyond a few per thread add no overlap for synchronous reads, only
+ * first-touch page faults; asynchronous sinks get 4 per thread. */
+#define SLOTS_PER_THREAD 4
 #define MAX_THREADS 64
 #define MAX_FORCED_SLOT ((size_t)64 << 20)
 
@@ -71,6 +79,7 @@ typedef struct pipeline {
     int verify;
     size_t n;               /* tensors in the reader */
     tstate *ts;
+    unsigned char *want;    /* selected, as a byte map */
     piece *pieces;
     size_t npieces;
     unit *units;
@@ -84,6 +93,7 @@ typedef struct pipeline {
     atomic_int failed;
     char err_msg[1024];
     int err_code;
+    size_t err_tensor;
     pthread_mutex_t err_lock;
     pthread_mutex_t report_lock;
     size_t next_report;
@@ -95,13 +105,15 @@ typedef struct pipeline {
 
 static const uint8_t zeros[1 << 16];
 
-/* Record the first error (with this thread's message) and stop everyone. */
-static int fail(pipeline *p, int rc) {
+/* Record the first error (with this thread's message) and stop everyone;
+ * `tensor` is the tensor it concerns, or (size_t)-1. */
+static int fail_at(pipeline *p, int rc, size_t tensor) {
     pthread_mutex_lock(&p->err_lock);
     if (!p->err_code) {
         int code;
         tzr_error_save(p->err_msg, sizeof p->err_msg, &code);
         p->err_code = rc;
+        p->err_tensor = tensor;
     }
     pthread_mutex_unlock(&p->err_lock);
     atomic_store(&p->failed, 1);
@@ -110,6 +122,8 @@ static int fail(pipeline *p, int rc) {
     pthread_mutex_unlock(&p->slot_lock);
     return rc;
 }
+
+static int fail(pipeline *p, int rc) { return fail_at(p, rc, (size_t)-1); }
 
 static int stopped(pipeline *p) {
     if (atomic_load(&p->failed)) return 1;
@@ -137,7 +151,7 @@ static int report_ready(pipeline *p) {
                 tzr_fail(rc, "%s: canceled by the caller's callback", tzr_reader_what(p->r, i, what, sizeof what));
             }
         }
-        if (rc) return fail(p, rc);
+        if (rc) return fail_at(p, rc, i);
     }
     return 0;
 }
@@ -208,6 +222,10 @@ static int hash_in_order(pipeline *p, piece *pc) {
         const uint8_t *bytes = p->units[pc->unit].direct
                                    ? p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len)
                                    : base + pc->uoff;
+        if (!rc && pc->toff == 0) {
+            rc = tzr_reader_hash_begin(p->r, pc->tensor, &t->hs); /* reads the header if needed */
+            t->hs_live = rc == 0;
+        }
         if (!rc) tzr_hasher_update(&t->hs, bytes, (size_t)pc->len);
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
         if (!rc && pc->toff + pc->len == info->data_length) {
@@ -217,7 +235,7 @@ static int hash_in_order(pipeline *p, piece *pc) {
         if (!rc) rc = deliver(p, pc, base, s);
         if (!rc) rc = unit_piece_done(p, pc->unit, s);
         if (rc) {
-            fail(p, rc);
+            fail_at(p, rc, pc->tensor);
             /* Keep draining so parked pieces do not hold slots forever. */
         }
         pthread_mutex_lock(&t->lock);
@@ -281,7 +299,7 @@ static int acquire_slot(pipeline *p, size_t u, int s) {
         if (rc) return fail(p, rc);
     }
     if (!sl->buf && !p->units[u].direct) {
-        sl->buf = p->sink->alloc_staging ? p->sink->alloc_staging(p->sink, p->slot_size) : malloc(p->slot_size);
+        sl->buf = p->sink->alloc_staging ? p->sink->alloc_staging(p->sink, p->slot_size) : tzr_alloc_big(p->slot_size);
         if (!sl->buf) return fail(p, tzr_fail(TZR_ENOMEM, "cannot allocate a %zu-byte staging slot", p->slot_size));
         pthread_mutex_lock(&p->slot_lock);
         p->staging_bytes += p->slot_size;
@@ -313,23 +331,30 @@ static int run_unit(pipeline *p, size_t u) {
     if (rc) {
         piece *pc = &p->pieces[un->first];
         char what[TZR_NAMEBUF + 256];
-        return fail(p, tzr_fail_prefix(rc, "%s: reading [%llu, +%llu): ",
+        return fail_at(p, tzr_fail_prefix(rc, "%s: reading [%llu, +%llu): ",
                                        tzr_reader_what(p->r, pc->tensor, what, sizeof what),
-                                       (unsigned long long)un->off, (unsigned long long)un->len));
+                                       (unsigned long long)un->off, (unsigned long long)un->len),
+                       pc->tensor);
     }
     for (size_t k = 0; k < un->count; k++) {
         if (stopped(p)) return TZR_ECANCELED;
         piece *pc = &p->pieces[un->first + k];
         uint8_t *bytes = buf + pc->uoff;
+        const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
+        if (!un->direct && pc->toff == 0 && info->header_offset >= un->off) {
+            rc = tzr_reader_install_header(p->r, pc->tensor, buf + (info->header_offset - un->off),
+                                           (size_t)(info->data_offset - info->header_offset));
+            if (rc) return fail_at(p, rc, pc->tensor);
+        }
         rc = decrypt_piece(p, pc, bytes);
-        if (rc) return fail(p, rc);
+        if (rc) return fail_at(p, rc, pc->tensor);
         if (p->verify) {
             rc = hash_in_order(p, pc);
         } else {
             rc = deliver(p, pc, buf, s);
             if (!rc) rc = unit_piece_done(p, pc->unit, s);
         }
-        if (rc) return fail(p, rc);
+        if (rc) return fail_at(p, rc, pc->tensor);
     }
     return 0;
 }
@@ -345,15 +370,17 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* Phase 1: headers of the selected tensors, in batches of consecutive
+ * tensors so each batch is a few large reads. */
+#define HEADER_BATCH 4096
+
 static void *header_worker(void *arg) {
     pipeline *p = arg;
     for (;;) {
         if (atomic_load(&p->failed)) break;
-        size_t i = atomic_fetch_add(&p->next_unit, 1);
+        size_t i = atomic_fetch_add(&p->next_unit, HEADER_BATCH);
         if (i >= p->n) break;
-        if (!p->ts[i].selected) continue;
-        const tzr_tensor_header *h;
-        int rc = tzr_reader_header(p->r, i, &h);
+        int rc = tzr_reader_load_headers(p->r, i, i + HEADER_BATCH, p->want);
         if (rc) {
             fail(p, rc);
             break;
@@ -376,7 +403,7 @@ static int run_threads(pipeline *p, int nthreads, void *(*fn)(void *)) {
 static int add_piece(pipeline *p, size_t *cap, size_t tensor, uint64_t toff, uint64_t len, uint64_t uoff) {
     if (p->npieces == *cap) {
         size_t nc = *cap ? *cap * 2 : 256;
-        piece *np = realloc(p->pieces, nc * sizeof *np);
+        piece *np = tzr_grow_big(p->pieces, *cap * sizeof *np, nc * sizeof *np);
         if (!np) return tzr_fail(TZR_ENOMEM, "out of memory");
         p->pieces = np;
         *cap = nc;
@@ -394,7 +421,7 @@ static int add_piece(pipeline *p, size_t *cap, size_t tensor, uint64_t toff, uin
 static int add_unit(pipeline *p, size_t *cap, uint64_t off, uint64_t len, size_t first) {
     if (p->nunits == *cap) {
         size_t nc = *cap ? *cap * 2 : 256;
-        unit *nu = realloc(p->units, nc * sizeof *nu);
+        unit *nu = tzr_grow_big(p->units, *cap * sizeof *nu, nc * sizeof *nu);
         if (!nu) return tzr_fail(TZR_ENOMEM, "out of memory");
         p->units = nu;
         *cap = nc;
@@ -420,28 +447,39 @@ static int plan(pipeline *p, size_t chunk) {
         if (!p->ts[i].selected) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
         if (t->data_length == 0) continue;
-        const tzr_tensor_header *h;
-        if ((rc = tzr_reader_header(p->r, i, &h))) break;
         uint64_t step = chunk;
         if (t->encrypted) {
+            const tzr_tensor_header *h;
+            if ((rc = tzr_reader_header(p->r, i, &h))) break;
             /* Pieces must hold whole crypt chunks (or the whole box). */
             uint64_t cs = h->crypt.num_macs > 1 ? h->crypt.chunk_size : t->data_length;
             step = cs >= chunk ? cs : chunk - chunk % cs;
         }
         uint64_t dend = t->data_offset + t->data_length;
         if (t->data_length <= step && t->data_length <= chunk) {
-            if (open_unit && t->data_offset >= uend && t->data_offset - uend <= MAX_GAP && dend - uoff <= chunk) {
+            int small = t->data_length < COALESCE_MAX;
+            if (small && open_unit && t->header_offset >= uend && t->header_offset - uend <= MAX_GAP &&
+                dend - uoff <= chunk) {
                 rc = add_piece(p, &pcap, i, 0, t->data_length, t->data_offset - uoff);
                 uend = dend;
                 p->ts[i].pieces_total = 1;
                 continue;
             }
             if (open_unit && (rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst))) break;
-            open_unit = 1;
-            uoff = t->data_offset;
+            open_unit = small;
+            if (!small) {
+                size_t first = p->npieces;
+                rc = add_piece(p, &pcap, i, 0, t->data_length, 0);
+                if (!rc) rc = add_unit(p, &ucap, t->data_offset, t->data_length, first);
+                p->ts[i].pieces_total = 1;
+                continue;
+            }
+            /* A coalesced unit starts at its first header: every tensor in
+             * it then has its header in the same read. */
+            uoff = t->header_offset;
             uend = dend;
             ufirst = p->npieces;
-            rc = add_piece(p, &pcap, i, 0, t->data_length, 0);
+            rc = add_piece(p, &pcap, i, 0, t->data_length, t->data_offset - uoff);
             p->ts[i].pieces_total = 1;
             continue;
         }
@@ -523,16 +561,20 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     }
     if (nthreads > MAX_THREADS) nthreads = MAX_THREADS;
     int rc = 0;
-    p->ts = calloc(p->n ? p->n : 1, sizeof *p->ts);
-    if (!p->ts) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    p->ts = tzr_calloc_big(p->n ? p->n : 1, sizeof *p->ts);
+    p->want = tzr_calloc_big(p->n ? p->n : 1, 1);
+    if (!p->ts || !p->want) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     for (size_t i = 0; !rc && i < p->n; i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         p->ts[i].selected = !opt->filter || opt->filter(opt->filter_ctx, i, t);
+        p->want[i] = (unsigned char)p->ts[i].selected;
         pthread_mutex_init(&p->ts[i].lock, NULL);
         if (p->ts[i].selected) p->total_bytes += t->nbytes;
     }
     /* Phase 1: every selected header (parallel for remote sources). */
-    if (!rc) rc = run_threads(p, nthreads, header_worker);
+    /* Plaintext files need no header to plan: each unit read carries its
+     * tensors' headers. Encrypted ones need the crypt chunk sizes first. */
+    if (!rc && tzr_reader_encrypted(r)) rc = run_threads(p, nthreads, header_worker);
     if (!rc) rc = plan(p, chunk);
     if (!rc) {
         if (p->slot_size < chunk) p->slot_size = chunk;
@@ -543,6 +585,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             rc = tzr_fail(TZR_ELIMIT, "%s: a tensor needs a %zu-byte read, above half the %zu-byte ring budget",
                           src->name, p->slot_size, ring);
         p->nslots = (int)(ring / p->slot_size);
+        if (p->nslots > SLOTS_PER_THREAD * nthreads) p->nslots = SLOTS_PER_THREAD * nthreads;
         if (p->nslots < 2) p->nslots = 2;
         if ((size_t)p->nslots > p->nunits) p->nslots = p->nunits ? (int)p->nunits : 1;
     }
@@ -556,16 +599,14 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         if (!p->ts[i].selected) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (sink->begin_tensor) rc = sink->begin_tensor(sink, i, t);
-        if (!rc && p->verify && t->data_length) {
-            rc = tzr_reader_hash_begin(r, i, &p->ts[i].hs);
-            p->ts[i].hs_live = rc == 0;
-        }
         if (!rc && t->data_length == 0) rc = fill_empty(p, i, t);
+        if (rc) fail_at(p, rc, i);
     }
     for (size_t u = 0; !rc && u < p->nunits; u++) {
         unit *un = &p->units[u];
         piece *pc = &p->pieces[un->first];
-        un->direct = un->count == 1 && sink->direct && sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
+        un->direct = un->count == 1 && pc->uoff == 0 && un->len == pc->len && sink->direct &&
+                     sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
     }
     if (rc) {
         fail(p, rc);
@@ -614,9 +655,11 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         stats->reads = atomic_load(&p->reads);
         stats->staging_bytes = p->staging_bytes;
         stats->seconds = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0;
+        stats->error_tensor = rc ? p->err_tensor : (size_t)-1;
     }
     if (rc) tzr_error_restore(p->err_msg, p->err_code);
     free(p->ts);
+    free(p->want);
     free(p->pieces);
     free(p->units);
     free(p->slots);

@@ -2,6 +2,7 @@
  * on demand (or all at open), then data with decryption and verification.
  * Positional reads only, so any thread may read any tensor. */
 #include "crypt.h"
+#include "mem.h"
 #include "names.h"
 #include "reader_internal.h"
 #include "source_path.h"
@@ -44,6 +45,8 @@ struct tzr_reader {
     pthread_mutex_t lock;   /* header cache and derived keys */
     derived_key *dkeys;
     size_t ndkeys;
+    tzr_arena strings;      /* names and dtypes (open only) */
+    tzr_arena headers;      /* header copies, under lock */
 };
 
 static uint64_t hash_bytes(const char *p, size_t n) {
@@ -89,13 +92,9 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
         return tzr_fail(code, "%s: tensor '%s' (index entry %zu at offset %llu): %s", r->src->name, shown, \
                         i, (unsigned long long)entry_off, m_);                                            \
     } while (0)
-    char *name = malloc((size_t)e->name_len + 1);
-    char *dtype = malloc((size_t)e->dtype_len + 1);
-    if (!name || !dtype) {
-        free(name);
-        free(dtype);
-        return tzr_fail(TZR_ENOMEM, "out of memory");
-    }
+    char *name = tzr_arena_alloc(&r->strings, (size_t)e->name_len + 1);
+    char *dtype = tzr_arena_alloc(&r->strings, (size_t)e->dtype_len + 1);
+    if (!name || !dtype) return tzr_fail(TZR_ENOMEM, "out of memory");
     memcpy(name, e->name, e->name_len);
     name[e->name_len] = 0;
     memcpy(dtype, e->dtype, e->dtype_len);
@@ -155,9 +154,9 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
 /* Parse header bytes of tensor i and check them against its index entry. */
 static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len, tzr_tensor_header *h) {
     const tzr_tensor_info *t = &r->t[i].info;
-    char what[TZR_NAMEBUF + 256];
-    tzr_reader_what(r, i, what, sizeof what);
+    char what[TZR_NAMEBUF + 256]; /* filled only on failure: this runs per tensor */
     int rc = tzr_parse_tensor_header(bytes, len, r->crypt_info, h);
+    if (rc) tzr_reader_what(r, i, what, sizeof what);
     if (rc) return tzr_fail_prefix(rc, "%s: header at offset %llu: ", what, (unsigned long long)t->header_offset);
     const char *field = NULL;
     if (h->name_len != t->name_len || memcmp(h->name, t->name, t->name_len) != 0) field = "name";
@@ -169,14 +168,16 @@ static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t le
         for (uint32_t d = 0; d < t->ndim; d++)
             if (tzr_ld32(h->dims + 4 * d) != t->shape[d]) field = "shape";
     if (field)
-        return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu disagrees with the index on the %s", what,
+        return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu disagrees with the index on the %s",
+                        tzr_reader_what(r, i, what, sizeof what),
                         (unsigned long long)t->header_offset, field);
     if (r->crypt_info && !h->crypt.encrypted && t->data_length > 0)
         return tzr_fail(TZR_ECRYPT, "%s: header at offset %llu: data is not encrypted in an encrypted file",
-                        what, (unsigned long long)t->header_offset);
+                        tzr_reader_what(r, i, what, sizeof what), (unsigned long long)t->header_offset);
     if (h->crypt.encrypted && h->crypt.chunk_type == TZR_CHUNK_XSALSA_PARALLEL && h->crypt.num_macs != 1 &&
         tzr_crypt_num_chunks(t->data_length, h->crypt.chunk_size) != h->crypt.num_macs)
-        return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu: %llu MACs for %llu bytes", what,
+        return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu: %llu MACs for %llu bytes",
+                        tzr_reader_what(r, i, what, sizeof what),
                         (unsigned long long)t->header_offset, (unsigned long long)h->crypt.num_macs,
                         (unsigned long long)t->data_length);
     return 0;
@@ -185,28 +186,23 @@ static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t le
 int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len) {
     tensor_slot *s = &r->t[i];
     pthread_mutex_lock(&r->lock);
+    uint8_t *copy = s->hdr_bytes ? NULL : tzr_arena_alloc(&r->headers, len);
     int have = s->hdr_bytes != NULL;
     pthread_mutex_unlock(&r->lock);
     if (have) return 0;
-    uint8_t *copy = malloc(len);
     if (!copy) return tzr_fail(TZR_ENOMEM, "out of memory");
     memcpy(copy, bytes, len);
     tzr_tensor_header h;
     int rc = check_header(r, i, copy, len, &h);
-    if (rc) {
-        free(copy);
-        return rc;
-    }
+    if (rc) return rc; /* the arena space is simply not reused */
     pthread_mutex_lock(&r->lock);
     if (!s->hdr_bytes) {
-        s->hdr_bytes = copy;
         s->hdr = h;
         s->info.module_idx = h.module_idx;
         s->info.encrypted = h.crypt.encrypted;
-        copy = NULL;
+        s->hdr_bytes = copy;
     }
     pthread_mutex_unlock(&r->lock);
-    free(copy);
     return 0;
 }
 
@@ -228,19 +224,74 @@ int tzr_reader_header(tzr_reader *r, size_t i, const tzr_tensor_header **h) {
     return 0;
 }
 
+/* Headers of consecutive records are read together: records are
+ * contiguous, so one read of up to HEADER_SPAN bytes covers the headers
+ * (and small data) of many tensors instead of one syscall or request each. */
+#define HEADER_SPAN ((uint64_t)8 << 20)
+
+int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigned char *want) {
+    uint8_t *buf = NULL;
+    int rc = 0;
+    size_t i = from;
+    if (to > r->n) to = r->n;
+    while (i < to && !rc) {
+        pthread_mutex_lock(&r->lock);
+        int have = r->t[i].hdr_bytes != NULL;
+        pthread_mutex_unlock(&r->lock);
+        if (have || (want && !want[i])) {
+            i++;
+            continue;
+        }
+        uint64_t start = r->t[i].info.header_offset, end = r->t[i].info.data_offset;
+        size_t j = i + 1;
+        while (j < to && r->t[j].info.data_offset - start <= HEADER_SPAN && (!want || want[j])) {
+            end = r->t[j].info.data_offset;
+            j++;
+        }
+        if (!buf && !(buf = malloc((size_t)(end - start > HEADER_SPAN ? end - start : HEADER_SPAN))))
+            return tzr_fail(TZR_ENOMEM, "out of memory");
+        if (end - start > HEADER_SPAN) { /* one huge header (many MACs) */
+            free(buf);
+            if (!(buf = malloc((size_t)(end - start)))) return tzr_fail(TZR_ENOMEM, "out of memory");
+        }
+        rc = r->src->read_at(r->src, buf, (size_t)(end - start), start);
+        if (rc) {
+            char what[TZR_NAMEBUF + 256];
+            rc = tzr_fail_prefix(rc, "%s: reading its header at offset %llu: ", tzr_reader_what(r, i, what, sizeof what),
+                                 (unsigned long long)start);
+        }
+        for (size_t k = i; k < j && !rc; k++) {
+            const tzr_tensor_info *t = &r->t[k].info;
+            rc = tzr_reader_install_header(r, k, buf + (t->header_offset - start),
+                                           (size_t)(t->data_offset - t->header_offset));
+        }
+        i = j;
+        if (end - start > HEADER_SPAN) {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    free(buf);
+    return rc;
+}
+
 int tzr_reader_tensor_key(tzr_reader *r, size_t i, uint8_t key[32]) {
     const tzr_tensor_header *h;
     int rc = tzr_reader_header(r, i, &h);
     if (rc) return rc;
     char what[TZR_NAMEBUF + 256];
     const tzr_crypt_info *ci = &h->crypt;
+    /* Messages name the offset too (tzr.h: "tensor name and byte offset
+     * where known"); the crypt parameters live in the header. */
+    unsigned long long hoff = (unsigned long long)r->t[i].info.header_offset;
     if (r->password) {
         if (!ci->has_kdf)
-            return tzr_fail(TZR_ECRYPT, "%s: no key derivation parameters stored; decrypt with the raw key",
-                            tzr_reader_what(r, i, what, sizeof what));
+            return tzr_fail(TZR_ECRYPT,
+                            "%s: header at offset %llu: no key derivation parameters stored; decrypt with the raw key",
+                            tzr_reader_what(r, i, what, sizeof what), hoff);
         if (ci->salt_len != TZR_SALT_BYTES)
-            return tzr_fail(TZR_ECRYPT, "%s: salt of %u bytes", tzr_reader_what(r, i, what, sizeof what),
-                            ci->salt_len);
+            return tzr_fail(TZR_ECRYPT, "%s: header at offset %llu: salt of %u bytes",
+                            tzr_reader_what(r, i, what, sizeof what), hoff, ci->salt_len);
         pthread_mutex_lock(&r->lock);
         for (size_t k = 0; k < r->ndkeys; k++) {
             derived_key *d = &r->dkeys[k];
@@ -266,12 +317,12 @@ int tzr_reader_tensor_key(tzr_reader *r, size_t i, uint8_t key[32]) {
             memcpy(key, d.key, 32);
         }
         pthread_mutex_unlock(&r->lock);
-        if (rc) return tzr_fail_prefix(rc, "%s: ", tzr_reader_what(r, i, what, sizeof what));
+        if (rc) return tzr_fail_prefix(rc, "%s: header at offset %llu: ", tzr_reader_what(r, i, what, sizeof what), hoff);
         return 0;
     }
     if (!r->have_key)
-        return tzr_fail(TZR_ECRYPT, "%s is encrypted: a key or password is needed",
-                        tzr_reader_what(r, i, what, sizeof what));
+        return tzr_fail(TZR_ECRYPT, "%s at offset %llu is encrypted: a key or password is needed",
+                        tzr_reader_what(r, i, what, sizeof what), (unsigned long long)r->t[i].info.data_offset);
     memcpy(key, r->key, 32);
     return 0;
 }
@@ -282,7 +333,8 @@ int tzr_reader_hash_begin(tzr_reader *r, size_t i, tzr_hasher *hs) {
     if (rc) return rc;
     if (!h->has_crc32 && !h->has_sha256) {
         char what[TZR_NAMEBUF + 256];
-        return tzr_fail(TZR_EHASH, "%s: no hashes stored to verify", tzr_reader_what(r, i, what, sizeof what));
+        return tzr_fail(TZR_EHASH, "%s: header at offset %llu: no hashes stored to verify",
+                        tzr_reader_what(r, i, what, sizeof what), (unsigned long long)r->t[i].info.header_offset);
     }
     rc = tzr_hasher_init(hs, h->has_crc32, h->has_sha256);
     if (rc) return rc;
@@ -318,11 +370,11 @@ int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs) {
 static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len) {
     uint64_t n = r->fh.tensor_count;
     r->n = (size_t)n;
-    r->t = calloc(n ? n : 1, sizeof *r->t);
-    r->dims = calloc((size_t)(len / 4) + 1, sizeof *r->dims);
+    r->t = tzr_calloc_big(n ? n : 1, sizeof *r->t);
+    r->dims = tzr_calloc_big((size_t)(len / 4) + 1, sizeof *r->dims);
     r->nbuckets = 16;
     while (r->nbuckets < 2 * n) r->nbuckets *= 2;
-    r->buckets = calloc(r->nbuckets, sizeof *r->buckets);
+    r->buckets = tzr_calloc_big(r->nbuckets, sizeof *r->buckets);
     if (!r->t || !r->dims || !r->buckets) return tzr_fail(TZR_ENOMEM, "out of memory for %llu tensors", (unsigned long long)n);
     tzr_cursor c = tzr_cursor_make(index, (size_t)len);
     uint64_t data_start = TZR_PROLOGUE_LEN + r->fh.metadata_len, prev_end = 0;
@@ -384,16 +436,13 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
     if (!rc && (r->have_key || r->password) && !r->crypt_info)
         rc = tzr_fail(TZR_ECRYPT, "%s: a key was given but the file is not encrypted", src->name);
     if (!rc) {
-        uint8_t *index = malloc(r->fh.metadata_len ? (size_t)r->fh.metadata_len : 1);
+        uint8_t *index = tzr_alloc_big((size_t)r->fh.metadata_len);
         if (!index) rc = tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte index", (unsigned long long)r->fh.metadata_len);
         if (!rc) rc = src->read_at(src, index, (size_t)r->fh.metadata_len, TZR_PROLOGUE_LEN);
         if (!rc) rc = parse_index(r, index, r->fh.metadata_len);
         free(index);
     }
-    for (size_t i = 0; !rc && opt->read_headers && i < r->n; i++) {
-        const tzr_tensor_header *h;
-        rc = tzr_reader_header(r, i, &h);
-    }
+    if (!rc && opt->read_headers) rc = tzr_reader_load_headers(r, 0, r->n, NULL);
     if (rc) {
         tzr_reader_free(r);
         return rc;
@@ -412,11 +461,8 @@ int tzr_reader_open(tzr_reader **out, const char *path, const tzr_reader_options
 
 void tzr_reader_free(tzr_reader *r) {
     if (!r) return;
-    for (size_t i = 0; r->t && i < r->n; i++) {
-        free((char *)r->t[i].info.name);
-        free((char *)r->t[i].info.dtype_str);
-        free(r->t[i].hdr_bytes);
-    }
+    tzr_arena_free(&r->strings);
+    tzr_arena_free(&r->headers);
     free(r->t);
     free(r->dims);
     free(r->buckets);

@@ -2,6 +2,7 @@
  * buffer (library-allocated, or handed out by the caller). Also the null
  * sink, which only accepts bytes (verification, benchmarks). */
 #include "internal.h"
+#include "mem.h"
 #include "tzr_load.h"
 
 #include <string.h>
@@ -9,8 +10,13 @@
 typedef struct host_tensor {
     uint8_t *data;
     uint64_t len;
-    int owned;
 } host_tensor;
+
+/* Library-allocated tensors are packed into large huge-page blocks: one
+ * allocation per tensor would cost a page fault per 4 KiB of every tensor
+ * under 2 MiB, which bounds loads on many machines. */
+#define BLOCK_BYTES ((size_t)64 << 20)
+#define ALIGN 64
 
 typedef struct host_sink {
     tzr_sink base;
@@ -18,7 +24,31 @@ typedef struct host_sink {
     void *dest_ctx;
     host_tensor *t;   /* grown in begin_tensor, which runs before any copy */
     size_t n;
+    uint8_t **blocks;
+    size_t nblocks;
+    size_t block_left; /* bytes free at the end of the last block */
+    uint8_t *block_next;
 } host_sink;
+
+static uint8_t *arena_alloc(host_sink *h, uint64_t len) {
+    size_t need = (size_t)((len + ALIGN - 1) / ALIGN * ALIGN);
+    if (need == 0) need = ALIGN;
+    if (need > h->block_left) {
+        size_t size = need > BLOCK_BYTES ? need : BLOCK_BYTES;
+        uint8_t **grown = realloc(h->blocks, (h->nblocks + 1) * sizeof *grown);
+        if (!grown) return NULL;
+        h->blocks = grown;
+        uint8_t *b = tzr_alloc_big(size);
+        if (!b) return NULL;
+        h->blocks[h->nblocks++] = b;
+        h->block_next = b;
+        h->block_left = size;
+    }
+    uint8_t *p = h->block_next;
+    h->block_next += need;
+    h->block_left -= need;
+    return p;
+}
 
 static int host_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
     host_sink *h = (host_sink *)s;
@@ -32,7 +62,6 @@ static int host_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
         h->n = n;
     }
     host_tensor *ht = &h->t[index];
-    if (ht->owned) free(ht->data);
     memset(ht, 0, sizeof *ht);
     ht->len = t->nbytes;
     if (h->dest) {
@@ -43,8 +72,7 @@ static int host_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
                             tzr_printable(t->name, t->name_len, nb, sizeof nb));
         }
     } else {
-        ht->data = malloc(t->nbytes ? (size_t)t->nbytes : 1);
-        ht->owned = 1;
+        ht->data = arena_alloc(h, t->nbytes);
         if (!ht->data) return tzr_fail(TZR_ENOMEM, "cannot allocate %llu bytes", (unsigned long long)t->nbytes);
     }
     return 0;
@@ -66,8 +94,8 @@ static int host_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const 
 
 static void host_destroy(tzr_sink *s) {
     host_sink *h = (host_sink *)s;
-    for (size_t i = 0; i < h->n; i++)
-        if (h->t[i].owned) free(h->t[i].data);
+    for (size_t i = 0; i < h->nblocks; i++) free(h->blocks[i]);
+    free(h->blocks);
     free(h->t);
     free(h);
 }
@@ -94,15 +122,6 @@ int tzr_sink_host_data(tzr_sink *s, size_t index, void **data, uint64_t *len) {
     *data = h->t[index].data;
     *len = h->t[index].len;
     return 0;
-}
-
-void *tzr_sink_host_take(tzr_sink *s, size_t index) {
-    host_sink *h = (host_sink *)s;
-    if (!s || s->destroy != host_destroy || index >= h->n) return NULL;
-    void *p = h->t[index].data;
-    h->t[index].owned = 0;
-    h->t[index].data = NULL;
-    return p;
 }
 
 static int null_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const void *src, size_t len) {

@@ -23,6 +23,7 @@ static int open_golden(const golden_file *g, tzr_reader **r, int verify, int use
     golden_path(g, path, sizeof path);
     tzr_reader_options o = TZR_READER_OPTIONS_INIT;
     o.verify = verify;
+    o.read_headers = 1; /* module_idx comes from the headers */
     if (g->has_key && !use_password) o.crypt.key = g->key;
     if (g->password && (use_password || !g->has_key)) {
         o.crypt.password = g->password;
@@ -271,6 +272,7 @@ static void encrypted_round_trip(void) {
         free(mine);
         tzr_reader_options o = TZR_READER_OPTIONS_INIT;
         o.verify = 1;
+        o.read_headers = 1;
         if (g->has_key) o.crypt.key = g->key;
         else {
             o.crypt.password = g->password;

@@ -1,0 +1,21 @@
+#ifndef TZR_MEM_H
+#define TZR_MEM_H
+#include "internal.h"
+/* malloc for large buffers: huge-page aligned and advised; free() frees. */
+TZR_HIDDEN void *tzr_alloc_big(size_t len);
+/* Zeroed, overflow-checked tzr_alloc_big. */
+TZR_HIDDEN void *tzr_calloc_big(size_t n, size_t size);
+/* A larger copy of p (old_len bytes kept); p is freed. NULL on failure
+ * (p is then untouched). */
+TZR_HIDDEN void *tzr_grow_big(void *p, size_t old_len, size_t new_len);
+
+/* Bump allocator for many small objects freed together. Not thread-safe. */
+#define TZR_ARENA_BLOCK ((size_t)2 << 20)
+typedef struct tzr_arena {
+    void *blocks;
+    uint8_t *next;
+    size_t left;
+} tzr_arena;
+TZR_HIDDEN void *tzr_arena_alloc(tzr_arena *a, size_t len);
+TZR_HIDDEN void tzr_arena_free(tzr_arena *a);
+#endif

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The tools as users run them: outputs checked against an independent
+# Python writer (itself checked against tensorizer's golden files), exit
+# codes, one-line errors, atomic outputs.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+. tests/util/lib.sh
+TZ=$BUILD/tensorize
+DT=$BUILD/detensorize
+export TZR_NO_PROGRESS=1
+command -v python3 >/dev/null || { echo "python3 missing" >&2; exit 77; }
+
+check ref_oracle_matches_golden python3 tests/util/ref_tensors.py check-golden tests/golden
+
+python3 tests/util/make_safetensors.py "$T/a.safetensors" 1
+python3 tests/util/make_safetensors.py "$T/b.safetensors" 2
+# Second file: same shapes, different names.
+python3 - "$T/b.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; raw = open(p, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n]); h = {("b." + k if k != "__metadata__" else k): v for k, v in h.items()}
+t = json.dumps(h, separators=(",", ":")).encode(); t += b" " * (-len(t) % 8)
+open(p, "wb").write(struct.pack("<Q", len(t)) + t + raw[8 + n:])
+PY
+
+# tensorize output == the reference writer's, byte for byte.
+$TZ -q "$T/a.safetensors" -o "$T/a.tensors"
+python3 tests/util/ref_tensors.py from-safetensors "$T/a.safetensors" "$T/a.ref"
+check tensorize_matches_reference cmp "$T/a.tensors" "$T/a.ref"
+$TZ -q "$T/a.safetensors" "$T/b.safetensors" -o "$T/ab.tensors"
+python3 tests/util/ref_tensors.py from-safetensors "$T/a.safetensors" "$T/b.safetensors" "$T/ab.ref"
+check tensorize_two_inputs_in_order cmp "$T/ab.tensors" "$T/ab.ref"
+
+# --list --json agrees with the safetensors header; --sha256 with hashlib.
+$DT "$T/a.tensors" --list --json --sha256 > "$T/a.json"
+check list_json_matches_input python3 - "$T/a.safetensors" "$T/a.json" <<'PY'
+import hashlib, json, struct, sys
+raw = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n]); h.pop("__metadata__")
+got = json.load(open(sys.argv[2]))
+want = sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0])
+assert [g["name"] for g in got] == [k for k, _ in want], "names/order"
+for g, (k, e) in zip(got, want):
+    b, en = e["data_offsets"]
+    assert g["shape"] == e["shape"], k
+    assert g["type"] == "state_dict" and g["module_idx"] == 0 and g["meta"] is False, k
+    assert g["data_length"] == en - b, k
+    assert g["data_sha256"] == hashlib.sha256(raw[8 + n + b:8 + n + en]).hexdigest(), k
+    if e["dtype"] == "BF16": assert g["dtype"] == "<V2\u0000torch.bfloat16", g["dtype"]
+    if e["dtype"] == "F8_E4M3": assert g["dtype"] == "|V1\u0000torch.float8_e4m3fn", g["dtype"]
+PY
+
+# Golden files list as their manifest says.
+check list_json_golden python3 - "$DT" <<'PY'
+import json, subprocess, sys
+m = json.load(open("tests/golden/manifest.json"))
+for f, e in m.items():
+    out = subprocess.run([sys.argv[1], "tests/golden/" + f, "--list", "--json"], capture_output=True, check=True).stdout
+    got = json.loads(out)
+    assert len(got) == len(e["tensors"]), f
+    types = ["param", "buffer", "state_dict"]
+    for g, t in zip(got, e["tensors"]):
+        assert g["name"] == t["path"] and g["dtype"] == t["dtype"] and g["shape"] == t["shape"], (f, g)
+        assert g["module_idx"] == t["module_idx"] and g["type"] == types[t["type"]], (f, g)
+        assert g["meta"] == t.get("meta", False), (f, g)
+PY
+
+# --verify: clean file passes; flipped bytes give one BAD line per tensor.
+check verify_ok $DT "$T/a.tensors" --verify
+cp "$T/a.tensors" "$T/bad.tensors"
+python3 - "$T/bad.tensors" "$DT" <<'PY'
+import json, subprocess, sys
+p = sys.argv[1]
+info = json.loads(subprocess.run([sys.argv[2], p, "--list", "--json"], capture_output=True, check=True).stdout)
+raw = bytearray(open(p, "rb").read())
+# Corrupt the data of tensors 2 and 9: find their data by the index offsets.
+import struct
+n = struct.unpack("<Q", raw[57:65])[0]; pos = 73; offs = []
+for i in range(n):
+    nl = struct.unpack("<H", raw[pos:pos+2])[0]; pos += 2 + nl + 1
+    dl = raw[pos]; pos += 1 + dl; nd = raw[pos]; pos += 1 + 4 * nd
+    h, d, ln = struct.unpack("<QQQ", raw[pos:pos+24]); pos += 24; offs.append((d, ln))
+for i in (2, 9):
+    raw[offs[i][0]] ^= 0x5A
+open(p, "wb").write(raw)
+PY
+$DT "$T/bad.tensors" --verify > "$T/verify.out" 2> "$T/verify.err"
+rc=$?
+check verify_bad_exit_1 test "$rc" = 1
+check verify_bad_two_lines test "$(grep -c '^BAD ' "$T/verify.out")" = 2
+check verify_bad_names_tensor grep -q "BAD model.layers.2" "$T/verify.out"
+check verify_bad_names_offset grep -q "offset" "$T/verify.out"
+
+# Export round trip: the exported safetensors holds the same tensors.
+$DT "$T/a.tensors" -q -o "$T/back.safetensors"
+check export_round_trip python3 - "$T/a.safetensors" "$T/back.safetensors" <<'PY'
+import json, struct, sys
+def load(p):
+    raw = open(p, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n]); h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a == b, set(a) ^ set(b)
+PY
+$DT tests/golden/structured_v1.tensors -q -o "$T/s.safetensors"
+check export_structured_names python3 -c "
+import json,struct,sys; raw=open('$T/s.safetensors','rb').read(); n=struct.unpack('<Q',raw[:8])[0]
+h=json.loads(raw[8:8+n]); assert sorted(h)==['lm_head','model.layers.0.w','model.layers.1.w'], sorted(h)"
+$DT "$T/a.tensors" -q -f 'embed*' -o "$T/f.safetensors"
+check export_filter python3 -c "
+import json,struct; raw=open('$T/f.safetensors','rb').read(); n=struct.unpack('<Q',raw[:8])[0]
+assert list(json.loads(raw[8:8+n]))==['embed.weight']"
+
+# Encryption through the tools: key file and password file.
+head -c 32 /dev/urandom > "$T/key"
+$TZ -q "$T/a.safetensors" -o "$T/enc.tensors" --key-file "$T/key"
+check enc_verify_with_key $DT "$T/enc.tensors" --verify --key-file "$T/key"
+$DT "$T/enc.tensors" --verify > /dev/null 2> "$T/nokey.err"
+check enc_no_key_fails test $? = 1
+check enc_no_key_message grep -q "key or password is needed" "$T/nokey.err"
+head -c 32 /dev/urandom > "$T/key2"
+$DT "$T/enc.tensors" --verify --key-file "$T/key2" > "$T/wrong.out" 2>/dev/null
+check enc_wrong_key_fails test $? = 1
+check enc_wrong_key_reports grep -q "decryption failed" "$T/wrong.out"
+$DT "$T/enc.tensors" --key-file "$T/key" -q -o "$T/dec.safetensors"
+check enc_export_decrypts python3 - "$T/a.safetensors" "$T/dec.safetensors" <<'PY'
+import sys
+a, b = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+import json, struct
+def load(raw):
+    n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n]); h.pop("__metadata__", None)
+    return {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+assert load(a) == load(b)
+PY
+printf 'correct horse\n' > "$T/pw"
+$TZ -q "$T/a.safetensors" -o "$T/pw.tensors" --password-file "$T/pw"
+check enc_password_verify $DT "$T/pw.tensors" --verify --password-file "$T/pw"
+printf 'correct horse' > "$T/pw2"   # the same password: one trailing newline is dropped
+check enc_password_newline $DT "$T/pw.tensors" --verify --password-file "$T/pw2"
+check key_file_wrong_size_is_usage sh -c "head -c 31 /dev/urandom > $T/short; $DT $T/enc.tensors --verify --key-file $T/short; test \$? = 2"
+
+# Errors: one line on stderr, conventional exit codes, nothing left behind.
+$DT "$T/missing.tensors" --list 2> "$T/e1"; rc=$?
+check missing_input_exit_1 test $rc = 1
+check missing_input_one_line sh -c "test \$(wc -l < $T/e1) = 1 && grep -q 'missing.tensors' $T/e1"
+$TZ 2>/dev/null; check tensorize_no_args_exit_2 test $? = 2
+$TZ "$T/a.safetensors" 2>/dev/null; check tensorize_no_output_exit_2 test $? = 2
+$DT 2>/dev/null; check detensorize_no_args_exit_2 test $? = 2
+$DT "$T/a.tensors" --bogus 2>/dev/null; check unknown_option_exit_2 test $? = 2
+check help_exit_0 sh -c "$TZ --help | grep -q Usage && $DT --help | grep -q Usage"
+printf 'not a tensors file at all' > "$T/junk.tensors"
+$DT "$T/junk.tensors" 2> "$T/e2"; rc=$?
+check junk_input_exit_1 test $rc = 1
+check junk_input_message grep -q "bad magic" "$T/e2"
+printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":{"dtype":' > "$T/bad.safetensors"
+$TZ "$T/bad.safetensors" -o "$T/x.tensors" 2> "$T/e3"; rc=$?
+check bad_safetensors_exit_1 test $rc = 1
+check bad_safetensors_nothing_written test ! -e "$T/x.tensors"
+cp "$T/a.tensors" "$T/keep.tensors"
+# Duplicate names across inputs fail midway: the old output stays intact.
+$TZ -q "$T/a.safetensors" "$T/a.safetensors" -o "$T/keep.tensors" 2> "$T/e4"; rc=$?
+check duplicate_names_exit_1 test $rc = 1
+check duplicate_names_message grep -q "duplicate" "$T/e4"
+check failed_write_keeps_old_file cmp "$T/keep.tensors" "$T/a.tensors"
+check no_temp_files_left sh -c "! ls -A $T | grep -q '\.tmp\.'"
+$TZ -q "$T/a.safetensors" -o "$T/no/such/dir/out.tensors" 2>/dev/null
+check output_dir_missing_exit_1 test $? = 1
+exit 0

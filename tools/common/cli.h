@@ -1,0 +1,50 @@
+/* Shared command-line helpers for the libtzr tools. */
+#ifndef TZR_CLI_H
+#define TZR_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tzr.h"
+
+/* Exit codes shared by the tools. */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+extern const char *cli_prog;
+
+/* Print "prog: message" to stderr (one line). */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print "prog: <library message>" for a failed libtzr call; returns EXIT_FAIL. */
+int cli_lib_error(int rc);
+
+/* Key material from --key-file (exactly 32 raw bytes) or --password-file
+ * (contents less one trailing newline). Returns 0 or prints and returns -1. */
+typedef struct cli_crypt {
+    uint8_t key[32];
+    int have_key;
+    char *password;
+    size_t password_len;
+} cli_crypt;
+int cli_load_key_file(cli_crypt *c, const char *path);
+int cli_load_password_file(cli_crypt *c, const char *path);
+void cli_crypt_apply(const cli_crypt *c, tzr_crypt_params *p);
+void cli_crypt_clear(cli_crypt *c);
+
+/* Progress on stderr, only when it is a terminal: bytes done, GB/s, ETA. */
+typedef struct cli_progress {
+    int enabled;
+    uint64_t total;
+    double start, last;
+    const char *label;
+} cli_progress;
+void cli_progress_begin(cli_progress *p, const char *label, uint64_t total);
+void cli_progress_update(cli_progress *p, uint64_t done);
+void cli_progress_end(cli_progress *p);
+double cli_now(void);
+
+/* Shell-style glob match (fnmatch) used by --filter. */
+int cli_match(const char *pattern, const char *name);
+/* Human size, e.g. "1.50 GiB". */
+const char *cli_size(uint64_t bytes, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,450 @@
+/* detensorize: list, verify and export tensorizer .tensors checkpoints. */
+#include <getopt.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tzr_load.h"
+#include "tzr_safetensors.h"
+
+static const char usage[] =
+    "Usage: detensorize FILE [ACTION] [OPTIONS]\n"
+    "FILE is a .tensors path or an http(s):// or s3:// URL.\n"
+    "\n"
+    "Actions (default --list):\n"
+    "  -l, --list              table of tensors (name, type, module, dtype, shape, bytes)\n"
+    "      --json              with --list: a JSON array, one object per tensor\n"
+    "      --sha256            with --list: add data_sha256 (SHA-256 of the loaded bytes)\n"
+    "  -V, --verify            check every CRC32/SHA-256; one line per bad tensor;\n"
+    "                          exit 0 only if all match\n"
+    "  -o, --output OUT        export to OUT (.safetensors)\n"
+    "\n"
+    "Options:\n"
+    "  -f, --filter GLOB       only tensors whose name matches (repeatable)\n"
+    "      --key-file PATH     32-byte raw key for encrypted files\n"
+    "      --password-file P   password (file contents less one trailing newline)\n"
+    "      --threads N         pipeline threads (default: CPUs)\n"
+    "      --chunk-mib N       read size in MiB (default 8)\n"
+    "      --ring-mib N        staging memory budget in MiB (default 256)\n"
+    "  -q, --quiet             no progress bar\n"
+    "  -h, --help              this help;  --version  library version\n"
+    "\n"
+    "Exit status: 0 success, 1 failure (bad data, I/O, verification), 2 usage.\n";
+
+typedef struct opts {
+    const char *file, *output;
+    int list, json, sha, verify, quiet;
+    const char **filters;
+    int nfilters;
+    cli_crypt crypt;
+    int threads;
+    size_t chunk, ring;
+} opts;
+
+/* Display form of a name: plain text, or the JSON array of a structured one. */
+static const char *shown_name(const tzr_tensor_info *t) { return t->structured ? t->name + 1 : t->name; }
+
+static int selected(const opts *o, const tzr_tensor_info *t) {
+    if (o->nfilters == 0) return 1;
+    for (int k = 0; k < o->nfilters; k++)
+        if (cli_match(o->filters[k], shown_name(t))) return 1;
+    return 0;
+}
+
+static int filter_cb(void *ctx, size_t index, const tzr_tensor_info *t) {
+    (void)index;
+    return selected(ctx, t);
+}
+
+static const char *type_name(tzr_tensor_type t) {
+    return t == TZR_PARAM ? "param" : t == TZR_BUFFER ? "buffer" : "state_dict";
+}
+
+static void shape_text(const tzr_tensor_info *t, char *buf, size_t cap) {
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (uint32_t d = 0; d < t->ndim && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+/* ---- progress ------------------------------------------------------- */
+static void on_progress(void *ctx, uint64_t done, uint64_t total) {
+    (void)total;
+    cli_progress_update(ctx, done);
+}
+
+static void load_options(const opts *o, tzr_load_options *lo, cli_progress *pr) {
+    lo->threads = o->threads;
+    lo->chunk_bytes = o->chunk;
+    lo->ring_bytes = o->ring;
+    if (!o->quiet) {
+        lo->progress = on_progress;
+        lo->progress_ctx = pr;
+    }
+}
+
+/* ---- a sink that hashes each tensor's bytes (in order: verify is on) -- */
+typedef struct sha_sink {
+    tzr_sink base;
+    EVP_MD_CTX **ctx;
+    uint64_t *next;
+    char (*hex)[65];
+    size_t n;
+} sha_sink;
+
+static int sha_begin(tzr_sink *s, size_t i, const tzr_tensor_info *t) {
+    (void)t;
+    sha_sink *h = (sha_sink *)s;
+    h->ctx[i] = EVP_MD_CTX_new();
+    if (!h->ctx[i] || EVP_DigestInit_ex(h->ctx[i], EVP_sha256(), NULL) != 1)
+        return tzr_set_error(TZR_ENOMEM, "cannot create a SHA-256 context");
+    return 0;
+}
+
+static int sha_submit(tzr_sink *s, int slot, size_t i, uint64_t off, const void *src, size_t len) {
+    (void)slot;
+    sha_sink *h = (sha_sink *)s;
+    if (off != h->next[i]) return tzr_set_error(TZR_EINVAL, "tensor %zu: bytes out of order", i);
+    EVP_DigestUpdate(h->ctx[i], src, len);
+    h->next[i] += len;
+    return 0;
+}
+
+static int sha_end(tzr_sink *s, size_t i, const tzr_tensor_info *t) {
+    (void)t;
+    sha_sink *h = (sha_sink *)s;
+    unsigned char d[32];
+    unsigned int n = 32;
+    EVP_DigestFinal_ex(h->ctx[i], d, &n);
+    EVP_MD_CTX_free(h->ctx[i]);
+    h->ctx[i] = NULL;
+    for (int k = 0; k < 32; k++) sprintf(h->hex[i] + 2 * k, "%02x", d[k]);
+    return 0;
+}
+
+static int compute_sha(const opts *o, tzr_reader *r, char (*hex)[65]) {
+    size_t n = tzr_reader_count(r);
+    sha_sink h = {0};
+    h.ctx = calloc(n + 1, sizeof *h.ctx);
+    h.next = calloc(n + 1, sizeof *h.next);
+    h.hex = hex;
+    h.n = n;
+    h.base.begin_tensor = sha_begin;
+    h.base.submit = sha_submit;
+    h.base.end_tensor = sha_end;
+    h.base.name = "sha256";
+    tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+    cli_progress pr;
+    cli_progress_begin(&pr, "sha256", 0);
+    load_options(o, &lo, &pr);
+    lo.verify = 1; /* also delivers each tensor's pieces in order */
+    lo.filter = filter_cb;
+    lo.filter_ctx = (void *)o;
+    int rc = tzr_load(r, &h.base, &lo, NULL);
+    cli_progress_end(&pr);
+    for (size_t i = 0; i < n; i++) EVP_MD_CTX_free(h.ctx[i]);
+    free(h.ctx);
+    free(h.next);
+    return rc;
+}
+
+/* ---- --list ------------------------------------------------------------ */
+static int list_table(const opts *o, tzr_reader *r, char (*hex)[65]) {
+    size_t n = tzr_reader_count(r);
+    uint64_t total = 0;
+    size_t shown = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        if (selected(o, t)) {
+            total += t->nbytes;
+            shown++;
+        }
+    }
+    char sz[32];
+    printf("%s: data version %u, %zu tensors%s, %s%s\n", o->file, tzr_reader_data_version(r), n,
+           tzr_reader_encrypted(r) ? ", encrypted" : "", cli_size(total, sz, sizeof sz),
+           shown != n ? " selected" : "");
+    printf("%6s  %-40s %-10s %6s %-16s %-20s %12s%s\n", "#", "name", "type", "module", "dtype", "shape", "bytes",
+           hex ? "  sha256" : "");
+    for (size_t i = 0; i < n; i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        if (!selected(o, t)) continue;
+        char shape[256];
+        shape_text(t, shape, sizeof shape);
+        const char *dt = t->dtype != TZR_DTYPE_UNKNOWN ? tzr_dtype_name(t->dtype) : t->dtype_str;
+        printf("%6zu  %-40s %-10s %6d %-16s %-20s %12llu%s%s%s\n", i, shown_name(t), type_name(t->type), t->module_idx,
+               dt, shape, (unsigned long long)t->nbytes, t->meta ? " (meta)" : "", hex ? "  " : "", hex ? hex[i] : "");
+    }
+    return EXIT_OK;
+}
+
+static int list_json(const opts *o, tzr_reader *r, char (*hex)[65]) {
+    json_t *arr = json_array();
+    for (size_t i = 0; i < tzr_reader_count(r); i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        if (!selected(o, t)) continue;
+        json_t *obj = json_object();
+        json_t *name = t->structured ? json_loadb(t->name + 1, t->name_len - 1, 0, NULL)
+                                     : json_stringn(t->name, t->name_len);
+        json_object_set_new(obj, "name", name ? name : json_null());
+        json_object_set_new(obj, "type", json_string(type_name(t->type)));
+        json_object_set_new(obj, "module_idx", json_integer(t->module_idx));
+        json_object_set_new(obj, "dtype", json_stringn(t->dtype_str, t->dtype_len));
+        json_t *shape = json_array();
+        for (uint32_t d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
+        json_object_set_new(obj, "shape", shape);
+        json_object_set_new(obj, "data_length", json_integer((json_int_t)t->data_length));
+        json_object_set_new(obj, "meta", json_boolean(t->meta));
+        if (hex) json_object_set_new(obj, "data_sha256", json_string(hex[i]));
+        json_array_append_new(arr, obj);
+    }
+    json_dumpf(arr, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII);
+    fputc('\n', stdout);
+    json_decref(arr);
+    return EXIT_OK;
+}
+
+/* ---- --verify: report every bad tensor, keep going past each ---------- */
+typedef struct verify_state {
+    const opts *o;
+    unsigned char *done; /* 1 verified, 2 bad */
+} verify_state;
+
+static int verify_filter(void *ctx, size_t i, const tzr_tensor_info *t) {
+    verify_state *v = ctx;
+    return !v->done[i] && selected(v->o, t);
+}
+
+static int verify_done(void *ctx, size_t i, const tzr_tensor_info *t) {
+    (void)t;
+    ((verify_state *)ctx)->done[i] = 1;
+    return 0;
+}
+
+static int do_verify(const opts *o, tzr_reader *r) {
+    size_t n = tzr_reader_count(r), bad = 0, checked = 0;
+    verify_state v = {o, calloc(n + 1, 1)};
+    tzr_sink *null;
+    int rc = tzr_sink_null_new(&null);
+    if (rc) return cli_lib_error(rc);
+    cli_progress pr;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (selected(o, tzr_reader_tensor(r, i))) total += tzr_reader_tensor(r, i)->data_length;
+    cli_progress_begin(&pr, "verify", total);
+    double t0 = cli_now();
+    for (;;) {
+        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+        load_options(o, &lo, &pr);
+        lo.verify = 1;
+        lo.filter = verify_filter;
+        lo.filter_ctx = &v;
+        lo.on_tensor = verify_done;
+        lo.on_tensor_ctx = &v;
+        tzr_load_stats st;
+        rc = tzr_load(r, null, &lo, &st);
+        if (rc == 0) break;
+        /* Data errors tied to one tensor: report it and go on. */
+        if ((rc == TZR_EHASH || rc == TZR_ECRYPT || rc == TZR_EFORMAT) && st.error_tensor < n &&
+            !(rc == TZR_ECRYPT && strstr(tzr_last_error(), "key or password"))) {
+            cli_progress_end(&pr);
+            printf("BAD %s: %s\n", shown_name(tzr_reader_tensor(r, st.error_tensor)), tzr_last_error());
+            v.done[st.error_tensor] = 2;
+            bad++;
+            continue;
+        }
+        cli_progress_end(&pr);
+        free(v.done);
+        tzr_sink_free(null);
+        return cli_lib_error(rc);
+    }
+    cli_progress_end(&pr);
+    for (size_t i = 0; i < n; i++) checked += v.done[i] != 0;
+    double secs = cli_now() - t0;
+    char sz[32];
+    fprintf(stderr, "%s: %zu tensors checked, %zu bad, %s in %.2f s (%.2f GB/s)\n", o->file, checked, bad,
+            cli_size(total, sz, sizeof sz), secs, secs > 0 ? (double)total / secs / 1e9 : 0);
+    if (!bad) printf("OK %s: all %zu tensors match their hashes\n", o->file, checked);
+    free(v.done);
+    tzr_sink_free(null);
+    return bad ? EXIT_FAIL : EXIT_OK;
+}
+
+/* ---- -o OUT.safetensors -------------------------------------------------- */
+typedef struct st_sink {
+    tzr_sink base;
+    tzr_st_writer *w;
+    size_t *slot_of; /* reader index -> declared index */
+    pthread_mutex_t lock;
+} st_sink;
+
+static int st_submit(tzr_sink *s, int slot, size_t i, uint64_t off, const void *src, size_t len) {
+    (void)slot;
+    st_sink *e = (st_sink *)s;
+    pthread_mutex_lock(&e->lock);
+    int rc = tzr_st_writer_put(e->w, e->slot_of[i], off, src, len);
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+/* Structured names become dot-joined paths ("model.layers.0.w"). */
+static char *export_name(const tzr_tensor_info *t) {
+    if (!t->structured) return strdup(t->name);
+    json_t *arr = json_loadb(t->name + 1, t->name_len - 1, 0, NULL);
+    size_t cap = t->name_len + 16, len = 0;
+    char *out = calloc(1, cap);
+    for (size_t k = 0; arr && k < json_array_size(arr); k++) {
+        json_t *v = json_array_get(arr, k);
+        char part[64];
+        const char *p = json_is_string(v) ? json_string_value(v) : part;
+        if (!json_is_string(v)) snprintf(part, sizeof part, "%lld", (long long)json_integer_value(v));
+        len += (size_t)snprintf(out + len, cap - len, "%s%s", k ? "." : "", p);
+    }
+    json_decref(arr);
+    return out;
+}
+
+static int do_export(const opts *o, tzr_reader *r) {
+    size_t n = tzr_reader_count(r), m = 0;
+    tzr_st_tensor *decl = calloc(n + 1, sizeof *decl);
+    char **names = calloc(n + 1, sizeof *names);
+    st_sink e = {0};
+    e.slot_of = calloc(n + 1, sizeof *e.slot_of);
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        if (!selected(o, t)) continue;
+        if (!tzr_st_dtype_name(t->dtype)) {
+            cli_error("%s: tensor '%s': dtype %s has no safetensors equivalent", o->file, shown_name(t),
+                      t->dtype != TZR_DTYPE_UNKNOWN ? tzr_dtype_name(t->dtype) : t->dtype_str);
+            rc = TZR_ENOTSUP;
+            break;
+        }
+        names[m] = export_name(t);
+        decl[m].name = names[m];
+        decl[m].name_len = strlen(names[m]);
+        decl[m].dtype = t->dtype;
+        decl[m].ndim = t->ndim;
+        decl[m].shape = t->shape;
+        decl[m].nbytes = t->nbytes;
+        e.slot_of[i] = m++;
+    }
+    tzr_output *out = NULL;
+    if (!rc) rc = tzr_output_open_file(&out, o->output);
+    if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, NULL, NULL, 0);
+    if (rc && rc != TZR_ENOTSUP) cli_lib_error(rc);
+    if (!rc) {
+        pthread_mutex_init(&e.lock, NULL);
+        e.base.submit = st_submit;
+        e.base.name = "safetensors";
+        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+        cli_progress pr;
+        cli_progress_begin(&pr, "export", 0);
+        load_options(o, &lo, &pr);
+        lo.filter = filter_cb;
+        lo.filter_ctx = (void *)o;
+        tzr_load_stats st;
+        rc = tzr_load(r, &e.base, &lo, &st);
+        cli_progress_end(&pr);
+        if (rc) {
+            cli_lib_error(rc);
+            tzr_st_writer_abort(e.w);
+        } else {
+            rc = tzr_st_writer_close(e.w);
+            if (rc) cli_lib_error(rc);
+            else if (!o->quiet)
+                fprintf(stderr, "%s: wrote %zu tensors to %s in %.2f s\n", o->file, m, o->output, st.seconds);
+        }
+        pthread_mutex_destroy(&e.lock);
+    }
+    for (size_t k = 0; k < m; k++) free(names[k]);
+    free(names);
+    free(decl);
+    free(e.slot_of);
+    return rc ? EXIT_FAIL : EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    cli_prog = "detensorize";
+    opts o = {0};
+    o.filters = calloc((size_t)argc + 1, sizeof *o.filters);
+    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION };
+    static const struct option longs[] = {
+        {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
+        {"sha256", no_argument, 0, O_SHA},      {"verify", no_argument, 0, 'V'},
+        {"output", required_argument, 0, 'o'},  {"filter", required_argument, 0, 'f'},
+        {"key-file", required_argument, 0, O_KEY}, {"password-file", required_argument, 0, O_PW},
+        {"threads", required_argument, 0, O_THREADS}, {"chunk-mib", required_argument, 0, O_CHUNK},
+        {"ring-mib", required_argument, 0, O_RING}, {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
+        {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "lVo:f:qh", longs, NULL)) != -1) {
+        switch (c) {
+        case 'l': o.list = 1; break;
+        case O_JSON: o.json = 1; break;
+        case O_SHA: o.sha = 1; break;
+        case 'V': o.verify = 1; break;
+        case 'o': o.output = optarg; break;
+        case 'f': o.filters[o.nfilters++] = optarg; break;
+        case O_KEY: if (cli_load_key_file(&o.crypt, optarg)) return EXIT_USAGE; break;
+        case O_PW: if (cli_load_password_file(&o.crypt, optarg)) return EXIT_USAGE; break;
+        case O_THREADS: o.threads = atoi(optarg); break;
+        case O_CHUNK: o.chunk = (size_t)strtoull(optarg, NULL, 10) << 20; break;
+        case O_RING: o.ring = (size_t)strtoull(optarg, NULL, 10) << 20; break;
+        case 'q': o.quiet = 1; break;
+        case 'h': fputs(usage, stdout); return EXIT_OK;
+        case O_VERSION: printf("detensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
+        default: fputs(usage, stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        cli_error(optind >= argc ? "no input file (see --help)" : "one input file expected (see --help)");
+        return EXIT_USAGE;
+    }
+    o.file = argv[optind];
+    if (o.list + o.verify + (o.output != NULL) > 1) {
+        cli_error("choose one of --list, --verify, -o");
+        return EXIT_USAGE;
+    }
+    if ((o.json || o.sha) && (o.verify || o.output)) {
+        cli_error("--json and --sha256 go with --list");
+        return EXIT_USAGE;
+    }
+    if (o.crypt.have_key && o.crypt.password) {
+        cli_error("give --key-file or --password-file, not both");
+        return EXIT_USAGE;
+    }
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    ro.read_headers = !o.verify && !o.output; /* --list shows module indices */
+    cli_crypt_apply(&o.crypt, &ro.crypt);
+    tzr_reader *r;
+    int rc = tzr_reader_open(&r, o.file, &ro);
+    if (rc) {
+        cli_crypt_clear(&o.crypt);
+        return cli_lib_error(rc);
+    }
+    int status;
+    if (o.verify) {
+        status = do_verify(&o, r);
+    } else if (o.output) {
+        status = do_export(&o, r);
+    } else {
+        char (*hex)[65] = NULL;
+        status = EXIT_OK;
+        if (o.sha) {
+            hex = calloc(tzr_reader_count(r) + 1, sizeof *hex);
+            rc = compute_sha(&o, r, hex);
+            if (rc) status = cli_lib_error(rc);
+        }
+        if (status == EXIT_OK) status = o.json ? list_json(&o, r, hex) : list_table(&o, r, hex);
+        free(hex);
+    }
+    tzr_reader_free(r);
+    cli_crypt_clear(&o.crypt);
+    free(o.filters);
+    return status;
+}

@@ -1,0 +1,189 @@
+/* tensorize: convert safetensors (or .tensors) checkpoints into one
+ * tensorizer .tensors file, optionally encrypted. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tzr_load.h"
+#include "tzr_safetensors.h"
+
+static const char usage[] =
+    "Usage: tensorize IN [IN ...] -o OUT [OPTIONS]\n"
+    "Writes the tensors of every input, in file order, to OUT as tensorizer's\n"
+    "write_state_dict does (type state_dict, module index 0). Inputs are\n"
+    ".safetensors files or .tensors files; OUT is a path or an s3:// URL.\n"
+    "\n"
+    "Options:\n"
+    "  -o, --output OUT        the .tensors file to write (atomically)\n"
+    "      --key-file PATH     encrypt with this 32-byte raw key\n"
+    "      --password-file P   encrypt with a key derived from this password\n"
+    "                          (Argon2id, tensorizer's defaults)\n"
+    "      --index-bytes N     index reservation (default 262144, as tensorizer)\n"
+    "  -q, --quiet             no progress or summary\n"
+    "  -h, --help              this help;  --version  library version\n"
+    "\n"
+    "Exit status: 0 success, 1 failure, 2 usage.\n";
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+static int is_tensors_file(const char *path) {
+    size_t n = strlen(path);
+    return n >= 8 && strcmp(path + n - 8, ".tensors") == 0;
+}
+
+typedef struct progress_state {
+    cli_progress bar;
+    uint64_t done;
+    int quiet;
+} progress_state;
+
+static int add_safetensors(tzr_writer *w, const char *path, progress_state *ps) {
+    tzr_st_file *f;
+    int rc = tzr_st_open(&f, path);
+    if (rc) return rc;
+    for (size_t i = 0; i < tzr_st_count(f) && !rc; i++) {
+        if (interrupted) {
+            rc = tzr_set_error(TZR_ECANCELED, "interrupted");
+            break;
+        }
+        const tzr_st_tensor *t = tzr_st_get(f, i);
+        tzr_tensor_desc d = {0};
+        d.name = t->name;
+        d.name_len = t->name_len;
+        d.type = TZR_STATE_DICT;
+        d.dtype = t->dtype;
+        d.ndim = t->ndim;
+        d.shape = t->shape;
+        rc = tzr_writer_add(w, &d, tzr_st_data(f, i));
+        ps->done += t->nbytes;
+        if (!ps->quiet) cli_progress_update(&ps->bar, ps->done);
+    }
+    tzr_st_free(f);
+    return rc;
+}
+
+static int add_tensors(tzr_writer *w, const char *path, const tzr_crypt_params *cp, progress_state *ps) {
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    (void)cp;
+    tzr_reader *r;
+    int rc = tzr_reader_open(&r, path, &ro);
+    if (rc) return rc;
+    for (size_t i = 0; i < tzr_reader_count(r) && !rc; i++) {
+        if (interrupted) {
+            rc = tzr_set_error(TZR_ECANCELED, "interrupted");
+            break;
+        }
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        void *buf = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+        if (!buf) {
+            rc = tzr_set_error(TZR_ENOMEM, "%s: cannot allocate %llu bytes", path, (unsigned long long)t->nbytes);
+            break;
+        }
+        rc = t->meta ? 0 : tzr_reader_read(r, i, buf, t->nbytes);
+        tzr_tensor_desc d = {t->name, t->name_len, t->type, (uint16_t)(t->module_idx < 0 ? 0 : t->module_idx),
+                             t->dtype_str, t->dtype_len, t->dtype, t->ndim, t->shape, t->meta};
+        if (!rc) rc = tzr_writer_add(w, &d, buf);
+        free(buf);
+        ps->done += t->nbytes;
+        if (!ps->quiet) cli_progress_update(&ps->bar, ps->done);
+    }
+    tzr_reader_free(r);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    cli_prog = "tensorize";
+    const char *output = NULL;
+    cli_crypt crypt = {0};
+    uint64_t index_bytes = 0;
+    int quiet = 0;
+    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION };
+    static const struct option longs[] = {{"output", required_argument, 0, 'o'},
+                                          {"key-file", required_argument, 0, O_KEY},
+                                          {"password-file", required_argument, 0, O_PW},
+                                          {"index-bytes", required_argument, 0, O_INDEX},
+                                          {"quiet", no_argument, 0, 'q'},
+                                          {"help", no_argument, 0, 'h'},
+                                          {"version", no_argument, 0, O_VERSION},
+                                          {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "o:qh", longs, NULL)) != -1) {
+        switch (c) {
+        case 'o': output = optarg; break;
+        case O_KEY: if (cli_load_key_file(&crypt, optarg)) return EXIT_USAGE; break;
+        case O_PW: if (cli_load_password_file(&crypt, optarg)) return EXIT_USAGE; break;
+        case O_INDEX: index_bytes = strtoull(optarg, NULL, 10); break;
+        case 'q': quiet = 1; break;
+        case 'h': fputs(usage, stdout); return EXIT_OK;
+        case O_VERSION: printf("tensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
+        default: fputs(usage, stderr); return EXIT_USAGE;
+        }
+    }
+    if (!output) {
+        cli_error("no output: give -o OUT.tensors (see --help)");
+        return EXIT_USAGE;
+    }
+    if (optind >= argc) {
+        cli_error("no input files (see --help)");
+        return EXIT_USAGE;
+    }
+    if (crypt.have_key && crypt.password) {
+        cli_error("give --key-file or --password-file, not both");
+        return EXIT_USAGE;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    cli_crypt_apply(&crypt, &wo.crypt);
+    wo.metadata_size = index_bytes;
+    progress_state ps = {{0}, 0, quiet};
+    uint64_t total = 0;
+    for (int i = optind; i < argc; i++) {
+        tzr_st_file *f;
+        if (!is_tensors_file(argv[i]) && tzr_st_open(&f, argv[i]) == 0) {
+            for (size_t k = 0; k < tzr_st_count(f); k++) total += tzr_st_get(f, k)->nbytes;
+            tzr_st_free(f);
+        }
+    }
+    double t0 = cli_now();
+    tzr_writer *w;
+    int rc = tzr_writer_open(&w, output, &wo);
+    if (rc) {
+        cli_crypt_clear(&crypt);
+        return cli_lib_error(rc);
+    }
+    cli_progress_begin(&ps.bar, "tensorize", total);
+    for (int i = optind; i < argc && !rc; i++)
+        rc = is_tensors_file(argv[i]) ? add_tensors(w, argv[i], &wo.crypt, &ps) : add_safetensors(w, argv[i], &ps);
+    cli_progress_end(&ps.bar);
+    if (rc) {
+        /* Keep the message: aborting may call into the library again. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tzr_last_error());
+        tzr_writer_abort(w);
+        cli_error("%s", msg);
+        cli_error("nothing was written to %s", output);
+        cli_crypt_clear(&crypt);
+        return EXIT_FAIL;
+    }
+    rc = tzr_writer_close(w);
+    cli_crypt_clear(&crypt);
+    if (rc) return cli_lib_error(rc);
+    if (!quiet) {
+        char sz[32];
+        double secs = cli_now() - t0;
+        fprintf(stderr, "tensorize: wrote %s (%s of tensor data) in %.2f s\n", output, cli_size(ps.done, sz, sizeof sz),
+                secs);
+    }
+    return EXIT_OK;
+}

@@ -1,0 +1,502 @@
+/* tzr-bench: how fast does libtzr load a checkpoint here, next to the
+ * physical floor measured in the same run (a raw read of the same file,
+ * pinned cudaMemcpy for the device path)? Each case runs in a child
+ * process so its peak RSS is its own. Prints a table, or --json. */
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "tzr_load.h"
+#include "tzr_safetensors.h"
+
+static const char usage[] =
+    "Usage: tzr-bench [OPTIONS]\n"
+    "Generates an LLM-shaped checkpoint (embedding, per-layer attention/MLP\n"
+    "weights and norms, bf16 with normal-distributed values) as .tensors and\n"
+    ".safetensors, then times, on the same file: a raw read (the floor),\n"
+    "libtzr into host memory, with hash verification, into the null sink,\n"
+    "the CUDA sink (--cuda), and a many-small-tensors file.\n"
+    "\n"
+    "  --size-mib N      checkpoint size (default 1024)\n"
+    "  --layers N        transformer layers (default 16)\n"
+    "  --small N         tensors in the small-tensor case (default 100000, 4 KiB each; 0 = skip)\n"
+    "  --dir DIR         where to write the files (default /tmp)\n"
+    "  --file PATH       benchmark this existing .tensors file instead\n"
+    "  --cold            also measure after dropping the file from the page cache\n"
+    "  --cuda            also measure the CUDA device sink (needs a GPU)\n"
+    "  --threads N       pipeline threads;  --chunk-mib N  read size;  --ring-mib N  budget\n"
+    "  --repeat N        runs per case, best kept (default 3)\n"
+    "  --keep            keep the generated files\n"
+    "  --make-sample P   only write an LLM-shaped .safetensors file P and exit\n"
+    "  --cases LIST      only these: raw,host,host-verify,null,null-verify,peer\n"
+    "  --json            JSON lines instead of the table\n";
+
+typedef struct cfg {
+    uint64_t size;
+    int layers;
+    size_t small;
+    const char *dir, *file, *sample;
+    int cold, cuda, threads, repeat, keep, json;
+    size_t chunk, ring;
+    const char *cases;
+} cfg;
+
+/* --cases raw,host,host-verify,null,null-verify,peer (default: all). */
+static int wanted(const cfg *c, const char *name) {
+    if (!c->cases) return 1;
+    size_t n = strlen(name);
+    for (const char *p = c->cases; (p = strstr(p, name)); p += n)
+        if ((p == c->cases || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
+    return 0;
+}
+
+/* ---- synthetic checkpoint ------------------------------------------- */
+typedef struct spec_tensor {
+    char name[96];
+    uint64_t shape[2];
+    uint32_t ndim;
+} spec_tensor;
+
+/* Hidden size h, MLP 4h/... : pick h so the total lands near size. */
+static size_t llm_layout(uint64_t size, int layers, spec_tensor **out) {
+    uint64_t vocab = 32000;
+    /* bytes ~= 2*(2*vocab*h + layers*(4h^2 + 3*h*ffn)) with ffn = 8h/3 */
+    double a = 2.0 * layers * (4 + 8), b = 2.0 * 2 * vocab;
+    double h = (-b + sqrt(b * b + 4 * a * (double)size)) / (2 * a);
+    uint64_t hid = (uint64_t)h / 64 * 64;
+    if (hid < 64) hid = 64;
+    uint64_t ffn = hid * 8 / 3 / 64 * 64;
+    size_t n = 0, cap = 3 + (size_t)layers * 9;
+    spec_tensor *t = calloc(cap, sizeof *t);
+#define ADD(nm, d0, d1, nd)                                                  \
+    do {                                                                     \
+        snprintf(t[n].name, sizeof t[n].name, "%s", nm);                     \
+        t[n].shape[0] = d0;                                                  \
+        t[n].shape[1] = d1;                                                  \
+        t[n].ndim = nd;                                                      \
+        n++;                                                                 \
+    } while (0)
+    ADD("model.embed_tokens.weight", vocab, hid, 2);
+    char nm[96];
+    static const char *attn[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    for (int l = 0; l < layers; l++) {
+        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        ADD(nm, hid, 0, 1);
+        for (int k = 0; k < 4; k++) {
+            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.%s.weight", l, attn[k]);
+            ADD(nm, hid, hid, 2);
+        }
+        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        ADD(nm, hid, 0, 1);
+        snprintf(nm, sizeof nm, "model.layers.%d.mlp.gate_proj.weight", l);
+        ADD(nm, ffn, hid, 2);
+        snprintf(nm, sizeof nm, "model.layers.%d.mlp.up_proj.weight", l);
+        ADD(nm, ffn, hid, 2);
+        snprintf(nm, sizeof nm, "model.layers.%d.mlp.down_proj.weight", l);
+        ADD(nm, hid, ffn, 2);
+    }
+    ADD("model.norm.weight", hid, 0, 1);
+    ADD("lm_head.weight", vocab, hid, 2);
+#undef ADD
+    *out = t;
+    return n;
+}
+
+/* bf16 of approximately normal values (Irwin-Hall of 4 uniforms), the
+ * distribution real weights have; norms are near 1. */
+static void fill_bf16(uint8_t *p, uint64_t count, uint64_t seed, int norm) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (uint64_t i = 0; i < count; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        float u = (float)((x & 0xFFFF) + ((x >> 16) & 0xFFFF) + ((x >> 32) & 0xFFFF) + (x >> 48)) / 65536.0f - 2.0f;
+        float v = norm ? 1.0f + 0.05f * u : 0.02f * u * 1.7320508f;
+        uint32_t bits;
+        memcpy(&bits, &v, 4);
+        p[2 * i] = (uint8_t)(bits >> 16);
+        p[2 * i + 1] = (uint8_t)(bits >> 24);
+    }
+}
+
+static int write_checkpoints(const cfg *c, const char *tensors_path, const char *st_path) {
+    spec_tensor *t;
+    size_t n = llm_layout(c->size, c->layers, &t);
+    tzr_writer *w = NULL;
+    int rc = tensors_path ? tzr_writer_open(&w, tensors_path, NULL) : 0;
+    tzr_st_tensor *decl = calloc(n, sizeof *decl);
+    for (size_t i = 0; i < n; i++) {
+        decl[i].name = t[i].name;
+        decl[i].name_len = strlen(t[i].name);
+        decl[i].dtype = TZR_DTYPE_BF16;
+        decl[i].ndim = t[i].ndim;
+        decl[i].shape = t[i].shape;
+        decl[i].nbytes = 2 * t[i].shape[0] * (t[i].ndim == 2 ? t[i].shape[1] : 1);
+    }
+    tzr_st_writer *sw = NULL;
+    tzr_output *out = NULL;
+    if (!rc && st_path) rc = tzr_output_open_file(&out, st_path);
+    if (!rc && st_path) rc = tzr_st_writer_open(&sw, out, decl, n, NULL, NULL, 0);
+    for (size_t i = 0; i < n && !rc; i++) {
+        uint8_t *buf = malloc(decl[i].nbytes);
+        fill_bf16(buf, decl[i].nbytes / 2, i + 1, t[i].ndim == 1);
+        if (w) {
+            tzr_tensor_desc d = {t[i].name, strlen(t[i].name), TZR_STATE_DICT, 0, NULL, 0, TZR_DTYPE_BF16,
+                                 t[i].ndim, t[i].shape, 0};
+            rc = tzr_writer_add(w, &d, buf);
+        }
+        if (!rc && sw) rc = tzr_st_writer_put(sw, i, 0, buf, decl[i].nbytes);
+        free(buf);
+    }
+    if (w) {
+        if (rc) tzr_writer_abort(w);
+        else rc = tzr_writer_close(w);
+    }
+    if (sw) {
+        if (rc) tzr_st_writer_abort(sw);
+        else rc = tzr_st_writer_close(sw);
+    }
+    free(decl);
+    free(t);
+    return rc;
+}
+
+static int write_small(const char *path, size_t count) {
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    wo.metadata_size = (uint64_t)count * 64 + 4096;
+    tzr_writer *w;
+    int rc = tzr_writer_open(&w, path, &wo);
+    uint8_t buf[4096];
+    for (size_t i = 0; i < count && !rc; i++) {
+        char nm[48];
+        snprintf(nm, sizeof nm, "t.%zu", i);
+        fill_bf16(buf, 2048, i + 7, 0);
+        uint64_t shape[1] = {2048};
+        tzr_tensor_desc d = {nm, strlen(nm), TZR_STATE_DICT, 0, NULL, 0, TZR_DTYPE_BF16, 1, shape, 0};
+        rc = tzr_writer_add(w, &d, buf);
+    }
+    if (rc) {
+        tzr_writer_abort(w);
+        return rc;
+    }
+    return tzr_writer_close(w);
+}
+
+/* ---- cases ------------------------------------------------------------ */
+typedef enum { C_RAW, C_HOST, C_HOST_VERIFY, C_NULL, C_NULL_VERIFY, C_CUDA, C_ST_COPY } case_kind;
+static const char *case_names[] = {"raw read (floor)", "libtzr -> host", "libtzr -> host + verify",
+                                   "libtzr -> null", "libtzr -> null + verify", "libtzr -> cuda",
+                                   "safetensors mmap+copy (peer)"};
+
+typedef struct result {
+    double seconds;
+    uint64_t bytes;
+    long maxrss_kib;
+    int rc;
+    char err[400];
+} result;
+
+static void drop_cache(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+typedef struct raw_job {
+    int fd;
+    uint8_t *buf;
+    uint64_t size, chunk;
+    uint64_t *next;
+    pthread_mutex_t *lock;
+} raw_job;
+
+static void *raw_worker(void *arg) {
+    raw_job *j = arg;
+    for (;;) {
+        pthread_mutex_lock(j->lock);
+        uint64_t off = *j->next;
+        *j->next += j->chunk;
+        pthread_mutex_unlock(j->lock);
+        if (off >= j->size) break;
+        uint64_t len = j->size - off < j->chunk ? j->size - off : j->chunk;
+        uint64_t done = 0;
+        while (done < len) {
+            ssize_t n = pread(j->fd, j->buf + off + done, len - done, (off_t)(off + done));
+            if (n <= 0) return NULL;
+            done += (uint64_t)n;
+        }
+    }
+    return NULL;
+}
+
+/* The floor: the whole file into one buffer with parallel large preads. */
+static int raw_read(const char *path, int threads, uint64_t *bytes) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return tzr_set_error(TZR_EIO, "%s: cannot open", path);
+    struct stat st;
+    fstat(fd, &st);
+    uint64_t size = (uint64_t)st.st_size, next = 0;
+    /* Same allocation policy as libtzr's host sink (2 MiB aligned, huge
+     * pages advised), so the floor measures reading, not page faults. */
+    uint8_t *buf = NULL;
+    if (posix_memalign((void **)&buf, 2 << 20, size ? size : 1)) return tzr_set_error(TZR_ENOMEM, "out of memory");
+    madvise(buf, size - size % (2 << 20), MADV_HUGEPAGE);
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    raw_job j = {fd, buf, size, 8 << 20, &next, &lock};
+    pthread_t th[64];
+    for (int i = 0; i < threads; i++) pthread_create(&th[i], NULL, raw_worker, &j);
+    for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
+    close(fd);
+    free(buf);
+    *bytes = size;
+    return 0;
+}
+
+static int st_copy(const char *path, uint64_t *bytes) {
+    tzr_st_file *f;
+    int rc = tzr_st_open(&f, path);
+    if (rc) return rc;
+    *bytes = 0;
+    /* What safetensors' load does: mmap, then copy each tensor into its
+     * own (plain malloc) buffer, all kept until the end. */
+    size_t n = tzr_st_count(f);
+    void **dst = calloc(n + 1, sizeof *dst);
+    for (size_t i = 0; i < n; i++) {
+        const tzr_st_tensor *t = tzr_st_get(f, i);
+        dst[i] = malloc(t->nbytes ? t->nbytes : 1);
+        memcpy(dst[i], tzr_st_data(f, i), t->nbytes);
+        *bytes += t->nbytes;
+    }
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (tzr_st_get(f, i)->nbytes) sink ^= ((uint8_t *)dst[i])[0];
+        free(dst[i]);
+    }
+    (void)sink;
+    free(dst);
+    tzr_st_free(f);
+    return 0;
+}
+
+static int run_case(const cfg *c, case_kind k, const char *path, uint64_t *bytes) {
+    if (k == C_RAW) return raw_read(path, c->threads > 0 ? c->threads : 2, bytes);
+    if (k == C_ST_COPY) return st_copy(path, bytes);
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    tzr_reader *r;
+    int rc = tzr_reader_open(&r, path, &ro);
+    if (rc) return rc;
+    tzr_sink *sink = NULL;
+    if (k == C_HOST || k == C_HOST_VERIFY) rc = tzr_sink_host_new(&sink, NULL, NULL);
+    else if (k == C_CUDA) rc = tzr_sink_cuda_new(&sink, 0, NULL, NULL);
+    else rc = tzr_sink_null_new(&sink);
+    tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+    lo.threads = c->threads;
+    lo.chunk_bytes = c->chunk;
+    lo.ring_bytes = c->ring;
+    lo.verify = k == C_HOST_VERIFY || k == C_NULL_VERIFY;
+    tzr_load_stats st;
+    if (!rc) rc = tzr_load(r, sink, &lo, &st);
+    if (!rc) *bytes = st.bytes;
+    tzr_sink_free(sink);
+    tzr_reader_free(r);
+    return rc;
+}
+
+/* One case in a child process: seconds, bytes and that child's peak RSS. */
+static result measure(const cfg *c, case_kind k, const char *path, int cold) {
+    result best = {0};
+    best.rc = 1;
+    for (int rep = 0; rep < c->repeat; rep++) {
+        if (cold) drop_cache(path);
+        int fds[2];
+        if (pipe(fds)) break;
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            result res = {0};
+            double t0 = cli_now();
+            res.rc = run_case(c, k, path, &res.bytes);
+            res.seconds = cli_now() - t0;
+            if (res.rc) snprintf(res.err, sizeof res.err, "%s", tzr_last_error());
+            if (write(fds[1], &res, sizeof res) != (ssize_t)sizeof res) _exit(3);
+            _exit(0);
+        }
+        close(fds[1]);
+        result res;
+        ssize_t got = read(fds[0], &res, sizeof res);
+        close(fds[0]);
+        int status;
+        struct rusage ru;
+        wait4(pid, &status, 0, &ru);
+        if (got != (ssize_t)sizeof res) {
+            snprintf(best.err, sizeof best.err, "child died (status %d)", status);
+            break;
+        }
+        res.maxrss_kib = ru.ru_maxrss;
+        if (res.rc) {
+            best = res;
+            break;
+        }
+        if (best.rc || res.seconds < best.seconds) best = res;
+    }
+    return best;
+}
+
+static void report(const cfg *c, const char *group, case_kind k, const result *r, double floor_gbps,
+                   const char *floor_name) {
+    double gbps = r->rc || r->seconds <= 0 ? 0 : (double)r->bytes / r->seconds / 1e9;
+    if (c->json) {
+        printf("{\"case\":\"%s\",\"group\":\"%s\",\"ok\":%s,\"seconds\":%.4f,\"bytes\":%llu,\"gbps\":%.3f,"
+               "\"ratio\":%.3f,\"floor\":\"%s\",\"peak_rss_mib\":%.1f}\n",
+               case_names[k], group, r->rc ? "false" : "true", r->seconds, (unsigned long long)r->bytes, gbps,
+               floor_gbps > 0 ? gbps / floor_gbps : 0, floor_name, r->maxrss_kib / 1024.0);
+        return;
+    }
+    if (r->rc) {
+        printf("| %-11s | %-30s | %8s | %7s | %6s | %9s | %s\n", group, case_names[k], "-", "-", "-", "-", r->err);
+        return;
+    }
+    printf("| %-11s | %-30s | %8.3f | %7.2f | %6.2f | %9.0f |\n", group, case_names[k], r->seconds, gbps,
+           floor_gbps > 0 ? gbps / floor_gbps : 0, r->maxrss_kib / 1024.0);
+}
+
+static void header(const cfg *c) {
+    if (c->json) return;
+    printf("| %-11s | %-30s | %8s | %7s | %6s | %9s |\n", "page cache", "case", "seconds", "GB/s", "ratio",
+           "peak RSS MiB");
+    printf("|-------------|--------------------------------|----------|---------|--------|-----------|\n");
+}
+
+int main(int argc, char **argv) {
+    cli_prog = "tzr-bench";
+    cfg c = {(uint64_t)1024 << 20, 16, 100000, "/tmp", NULL, NULL, 0, 0, 0, 3, 0, 0, 0, 0, NULL};
+    enum { O_SIZE = 256, O_LAYERS, O_SMALL, O_DIR, O_FILE, O_COLD, O_CUDA, O_THREADS, O_CHUNK, O_RING, O_REPEAT,
+           O_KEEP, O_SAMPLE, O_JSON, O_CASES };
+    static const struct option longs[] = {
+        {"size-mib", required_argument, 0, O_SIZE}, {"layers", required_argument, 0, O_LAYERS},
+        {"small", required_argument, 0, O_SMALL},   {"dir", required_argument, 0, O_DIR},
+        {"file", required_argument, 0, O_FILE},     {"cold", no_argument, 0, O_COLD},
+        {"cuda", no_argument, 0, O_CUDA},           {"threads", required_argument, 0, O_THREADS},
+        {"chunk-mib", required_argument, 0, O_CHUNK}, {"ring-mib", required_argument, 0, O_RING},
+        {"repeat", required_argument, 0, O_REPEAT}, {"keep", no_argument, 0, O_KEEP},
+        {"make-sample", required_argument, 0, O_SAMPLE}, {"json", no_argument, 0, O_JSON},
+        {"cases", required_argument, 0, O_CASES},
+        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+        switch (o) {
+        case O_SIZE: c.size = strtoull(optarg, NULL, 10) << 20; break;
+        case O_LAYERS: c.layers = atoi(optarg); break;
+        case O_SMALL: c.small = strtoull(optarg, NULL, 10); break;
+        case O_DIR: c.dir = optarg; break;
+        case O_FILE: c.file = optarg; break;
+        case O_COLD: c.cold = 1; break;
+        case O_CUDA: c.cuda = 1; break;
+        case O_THREADS: c.threads = atoi(optarg); break;
+        case O_CHUNK: c.chunk = (size_t)strtoull(optarg, NULL, 10) << 20; break;
+        case O_RING: c.ring = (size_t)strtoull(optarg, NULL, 10) << 20; break;
+        case O_REPEAT: c.repeat = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
+        case O_KEEP: c.keep = 1; break;
+        case O_SAMPLE: c.sample = optarg; break;
+        case O_JSON: c.json = 1; break;
+        case O_CASES: c.cases = optarg; break;
+        case 'h': fputs(usage, stdout); return EXIT_OK;
+        default: fputs(usage, stderr); return EXIT_USAGE;
+        }
+    }
+    if (c.layers < 1 || c.size < ((uint64_t)16 << 20)) {
+        cli_error("--layers must be >= 1 and --size-mib >= 16");
+        return EXIT_USAGE;
+    }
+    if (c.sample) {
+        int rc = write_checkpoints(&c, NULL, c.sample);
+        return rc ? cli_lib_error(rc) : EXIT_OK;
+    }
+    char tpath[512], spath[512], smallpath[512];
+    snprintf(tpath, sizeof tpath, "%s/tzr-bench-%d.tensors", c.dir, (int)getpid());
+    snprintf(spath, sizeof spath, "%s/tzr-bench-%d.safetensors", c.dir, (int)getpid());
+    snprintf(smallpath, sizeof smallpath, "%s/tzr-bench-small-%d.tensors", c.dir, (int)getpid());
+    const char *file = c.file ? c.file : tpath;
+    if (!c.file) {
+        if (!c.json) fprintf(stderr, "tzr-bench: writing %llu MiB checkpoint (.tensors and .safetensors) in %s\n",
+                             (unsigned long long)(c.size >> 20), c.dir);
+        int rc = write_checkpoints(&c, tpath, spath);
+        if (rc) return cli_lib_error(rc);
+    }
+    struct stat st;
+    stat(file, &st);
+    if (!c.json) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        printf("checkpoint: %s (%.0f MiB), %ld CPUs, best of %d runs each\n\n", file, (double)st.st_size / 1048576.0,
+               cpus, c.repeat);
+    }
+    header(&c);
+    for (int cold = 0; cold <= c.cold; cold++) {
+        const char *group = cold ? "cold" : "warm";
+        if (!cold) { /* warm the cache once */
+            uint64_t b;
+            raw_read(file, 2, &b);
+        }
+        result raw = measure(&c, C_RAW, file, cold);
+        double floor = raw.rc ? 0 : (double)raw.bytes / raw.seconds / 1e9;
+        report(&c, group, C_RAW, &raw, floor, "raw read");
+        case_kind ks[] = {C_HOST, C_HOST_VERIFY, C_NULL, C_NULL_VERIFY};
+        const char *kn[] = {"host", "host-verify", "null", "null-verify"};
+        for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+            if (!wanted(&c, kn[i])) continue;
+            result r = measure(&c, ks[i], file, cold);
+            report(&c, group, ks[i], &r, floor, "raw read");
+        }
+        if (!c.file && wanted(&c, "peer")) {
+            if (!cold) {
+                uint64_t b;
+                raw_read(spath, 2, &b);
+            }
+            result r = measure(&c, C_ST_COPY, spath, cold);
+            report(&c, group, C_ST_COPY, &r, floor, "raw read");
+        }
+        if (c.cuda) {
+            double h2d = 0;
+            int rc = tzr_cuda_h2d_bandwidth(0, 256 << 20, 8, &h2d);
+            if (!c.json) {
+                if (rc) printf("| %-11s | %-30s | %s\n", group, "pinned cudaMemcpy H2D (floor)", tzr_last_error());
+                else printf("| %-11s | %-30s | %8s | %7.2f | %6.2f | %9s |\n", group, "pinned cudaMemcpy H2D (floor)",
+                            "-", h2d, 1.0, "-");
+            }
+            result r = measure(&c, C_CUDA, file, cold);
+            report(&c, group, C_CUDA, &r, h2d, "pinned cudaMemcpy");
+        }
+    }
+    if (c.small) {
+        int rc = write_small(smallpath, c.small);
+        if (rc) return cli_lib_error(rc);
+        char group[32];
+        snprintf(group, sizeof group, "%zuk x 4KiB", c.small / 1000);
+        uint64_t b;
+        raw_read(smallpath, 2, &b);
+        result raw = measure(&c, C_RAW, smallpath, 0);
+        double floor = raw.rc ? 0 : (double)raw.bytes / raw.seconds / 1e9;
+        report(&c, group, C_RAW, &raw, floor, "raw read");
+        result r = measure(&c, C_HOST, smallpath, 0);
+        report(&c, group, C_HOST, &r, floor, "raw read");
+        r = measure(&c, C_NULL_VERIFY, smallpath, 0);
+        report(&c, group, C_NULL_VERIFY, &r, floor, "raw read");
+        if (!c.keep) unlink(smallpath);
+    }
+    if (!c.file && !c.keep) {
+        unlink(tpath);
+        unlink(spath);
+    }
+    return EXIT_OK;
+}
