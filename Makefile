@@ -13,6 +13,20 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIBS = $(PKG_LIBS) -lpthread -ldl -lm
 CFLAGS += $(CFLAGS_BASE) $(PKG_CFLAGS)
 LDFLAGS += $(SAN)
+# ---- MPI (optional; src/comm_mpi.c, src/comm_nccl.c, tests/mpi_test.sh) ----
+# Found through pkg-config (Debian openmpi: ompi-c). Without it the library
+# still builds and the multi-rank loaders return TZR_ENOTSUP.
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
+ifneq ($(strip $(MPI_LIBS)),)
+CFLAGS += $(MPI_CFLAGS) -DTZR_HAVE_MPI
+LIBS += $(MPI_LIBS)
+endif
+# MPI test programs (a pattern rule, so never the default goal).
+$(BUILD)/mpi/%: tests/mpi/%.c $(wildcard tests/util/*.c tests/util/*.h) $(BUILD)/libtzr.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/util $< $(wildcard tests/util/*.c) $(BUILD)/libtzr.a $(LDFLAGS) $(LIBS) -o $@
+# ---- end MPI ----
 
 SOVER = 0
 LIB_SRCS := $(wildcard src/*.c)

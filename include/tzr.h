@@ -154,12 +154,17 @@ struct tzr_source {
     int preferred_inflight; /* good number of reads in flight (0: default) */
     /* Optional: 1 if [off, off+len) is already in memory (page cache). */
     int (*is_cached)(tzr_source *src, uint64_t off, uint64_t len);
+    /* Optional: read around the page cache (O_DIRECT) from now on where a
+     * request allows it: the part of [off, off+len) whose file offsets and
+     * buffer addresses are both `direct_align`-aligned; the rest is read
+     * normally. Returns 0, or TZR_ENOTSUP where the file system refuses. */
+    int (*set_direct)(tzr_source *src, int on);
+    size_t direct_align;    /* alignment O_DIRECT needs (0: no O_DIRECT) */
     void *ctx;              /* implementation data */
 };
 
 enum {
-    TZR_SOURCE_DIRECT = 1,  /* read with O_DIRECT when the file is not cached */
-    TZR_SOURCE_NO_DIRECT = 2,
+    TZR_SOURCE_DIRECT = 1,  /* start with O_DIRECT reads (see set_direct) */
 };
 /* Open a local file. flags: TZR_SOURCE_*. */
 TZR_API int tzr_source_open_file(tzr_source **out, const char *path, unsigned flags);

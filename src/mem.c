@@ -12,7 +12,11 @@
 #define HUGE_PAGE ((size_t)2 << 20)
 
 void *tzr_alloc_big(size_t len) {
-    if (len < HUGE_PAGE) return malloc(len ? len : 1);
+    if (len < HUGE_PAGE) {
+        /* Page-aligned, so staging slots can take O_DIRECT reads. */
+        void *p = NULL;
+        return posix_memalign(&p, 4096, len ? len : 1) == 0 ? p : NULL;
+    }
     /* Round up so the tail gets a huge page too; untouched bytes of it
      * cost address space, not memory. */
     size_t span = (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;

@@ -86,7 +86,9 @@ typedef struct pipeline {
     size_t nunits;
     slot *slots;
     int nslots;
-    size_t slot_size;
+    size_t slot_size;       /* bytes allocated per slot */
+    size_t direct_align;    /* O_DIRECT on: unit data placed congruent to this */
+    int direct_was_set;
     pthread_mutex_t slot_lock;
     pthread_cond_t slot_cond;
     atomic_size_t next_unit;
@@ -198,9 +200,15 @@ static int unit_piece_done(pipeline *p, size_t u, int s) {
     return rc;
 }
 
-static uint8_t *piece_base(pipeline *p, piece *pc) {
-    return p->slots[pc->unit % (size_t)p->nslots].buf;
+/* Where unit u's bytes start in its slot: with O_DIRECT, at the unit's
+ * file offset modulo the alignment, so the source can read its aligned
+ * middle around the page cache straight into the slot. */
+static uint8_t *unit_base(pipeline *p, size_t u) {
+    uint8_t *b = p->slots[u % (size_t)p->nslots].buf;
+    return p->direct_align ? b + p->units[u].off % p->direct_align : b;
 }
+
+static uint8_t *piece_base(pipeline *p, piece *pc) { return unit_base(p, pc->unit); }
 
 /* Hash pieces of one tensor strictly in order, delivering each after its
  * hash. Called with the piece that may be next; parks it otherwise. */
@@ -318,7 +326,7 @@ static int run_unit(pipeline *p, size_t u) {
     int rc = acquire_slot(p, u, s);
     if (rc) return rc;
     unit *un = &p->units[u];
-    uint8_t *buf = p->slots[s].buf;
+    uint8_t *buf = un->direct ? NULL : unit_base(p, u);
     tzr_source *src = tzr_reader_source(p->r);
     if (un->direct) {
         piece *pc = &p->pieces[un->first];
@@ -503,6 +511,28 @@ static int plan(pipeline *p, size_t chunk) {
     return 0;
 }
 
+/* O_DIRECT: on when asked, or (auto) when the source supports it and the
+ * data is not in the page cache, where bypassing it saves a copy and keeps
+ * the cache for others; a warm cache is faster buffered. */
+static int choose_direct(pipeline *p, tzr_source *src) {
+    int want = p->opt->direct_io == TZR_DIRECT_ON;
+    if (p->opt->direct_io == TZR_DIRECT_AUTO && src->set_direct && src->is_cached && p->nunits) {
+        uint64_t lo = p->units[0].off, hi = p->units[p->nunits - 1].off + p->units[p->nunits - 1].len;
+        want = !src->is_cached(src, lo, hi - lo);
+    }
+    if (!want) return 0;
+    if (!src->set_direct || !src->direct_align) {
+        if (p->opt->direct_io == TZR_DIRECT_ON)
+            return tzr_fail(TZR_ENOTSUP, "%s: this source cannot read with O_DIRECT", src->name);
+        return 0;
+    }
+    int rc = src->set_direct(src, 1);
+    if (rc) return p->opt->direct_io == TZR_DIRECT_ON ? rc : 0;
+    p->direct_align = src->direct_align;
+    p->direct_was_set = 1;
+    return 0;
+}
+
 /* Meta tensors: zeros; tensors without data: nothing to read. */
 static int fill_empty(pipeline *p, size_t i, const tzr_tensor_info *t) {
     int rc = 0;
@@ -578,6 +608,8 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     if (!rc) rc = plan(p, chunk);
     if (!rc) {
         if (p->slot_size < chunk) p->slot_size = chunk;
+        rc = choose_direct(p, src);
+        p->slot_size += p->direct_align;
         /* Encrypted chunks (2 MiB from tensorizer) cannot be split: a
          * smaller budget grows to two of them rather than failing. */
         if (p->slot_size > ring / 2 && p->slot_size <= MAX_FORCED_SLOT) ring = 2 * p->slot_size;
@@ -636,6 +668,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             fail(p, tzr_fail(TZR_EIO, "internal error: %zu of %zu tensors not completed", p->n - p->next_report, p->n));
     }
     rc = atomic_load(&p->failed) ? p->err_code : 0;
+    if (p->direct_was_set) src->set_direct(src, 0);
     for (int s = 0; p->slots && s < p->nslots; s++) {
         if (!p->slots[s].buf) continue;
         if (sink->free_staging) sink->free_staging(sink, p->slots[s].buf, p->slot_size);

@@ -9,10 +9,12 @@
 #include "cli.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
+#include "tzr_shard.h"
 
 static const char usage[] =
     "Usage: detensorize FILE [ACTION] [OPTIONS]\n"
-    "FILE is a .tensors path or an http(s):// or s3:// URL.\n"
+    "FILE is a .tensors path, an http(s):// or s3:// URL, or a shard manifest\n"
+    "(PREFIX.tzr-index.json written by tensorize --shards).\n"
     "\n"
     "Actions (default --list):\n"
     "  -l, --list              table of tensors (name, type, module, dtype, shape, bytes)\n"
@@ -367,6 +369,147 @@ static int do_export(const opts *o, tzr_reader *r) {
     return rc ? EXIT_FAIL : EXIT_OK;
 }
 
+/* ---- shard manifests ---------------------------------------------------- */
+static int is_manifest(const char *path) {
+    size_t n = strlen(path), m = strlen(TZR_SHARD_MANIFEST_SUFFIX);
+    return n > m && strcmp(path + n - m, TZR_SHARD_MANIFEST_SUFFIX) == 0;
+}
+
+static const char *shard_shown(const tzr_shard_tensor *t) {
+    return t->name_len && (unsigned char)t->name[0] == 0x1E ? t->name + 1 : t->name;
+}
+
+static int shard_selected(const opts *o, const tzr_shard_tensor *t) {
+    if (o->nfilters == 0) return 1;
+    for (int k = 0; k < o->nfilters; k++)
+        if (cli_match(o->filters[k], shard_shown(t))) return 1;
+    return 0;
+}
+
+static int shard_list(const opts *o, tzr_shard_set *set) {
+    size_t n = tzr_shard_count(set);
+    if (o->json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < n; i++) {
+            const tzr_shard_tensor *t = tzr_shard_tensor_at(set, i);
+            if (!shard_selected(o, t)) continue;
+            json_t *obj = json_object();
+            int structured = t->name_len && (unsigned char)t->name[0] == 0x1E;
+            json_t *name = structured ? json_loadb(t->name + 1, t->name_len - 1, 0, NULL)
+                                      : json_stringn(t->name, t->name_len);
+            json_object_set_new(obj, "name", name ? name : json_null());
+            json_object_set_new(obj, "dtype", json_stringn(t->dtype_str, t->dtype_len));
+            json_t *shape = json_array();
+            for (uint32_t d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
+            json_object_set_new(obj, "shape", shape);
+            json_object_set_new(obj, "nbytes", json_integer((json_int_t)t->nbytes));
+            json_object_set_new(obj, "split_dim", t->dim == TZR_SHARD_REPLICATED ? json_null() : json_integer(t->dim));
+            json_array_append_new(arr, obj);
+        }
+        json_dumpf(arr, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII);
+        fputc('\n', stdout);
+        json_decref(arr);
+        return EXIT_OK;
+    }
+    printf("%s: %d shards, %zu tensors\n", o->file, tzr_shard_nshards(set), n);
+    printf("%6s  %-40s %-16s %-20s %12s  %s\n", "#", "name", "dtype", "shape", "bytes", "split");
+    for (size_t i = 0; i < n; i++) {
+        const tzr_shard_tensor *t = tzr_shard_tensor_at(set, i);
+        if (!shard_selected(o, t)) continue;
+        char shape[256];
+        size_t k = (size_t)snprintf(shape, sizeof shape, "[");
+        for (uint32_t d = 0; d < t->ndim && k < sizeof shape; d++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+        if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
+        char split[32];
+        if (t->dim == TZR_SHARD_REPLICATED) snprintf(split, sizeof split, "replicated");
+        else snprintf(split, sizeof split, "dim %d", t->dim);
+        const char *dt = t->dtype != TZR_DTYPE_UNKNOWN ? tzr_dtype_name(t->dtype) : t->dtype_str;
+        printf("%6zu  %-40s %-16s %-20s %12llu  %s\n", i, shard_shown(t), dt, shape, (unsigned long long)t->nbytes,
+               split);
+    }
+    return EXIT_OK;
+}
+
+static int do_verify(const opts *o, tzr_reader *r);
+
+/* Every shard's hashes (each shard is a plain .tensors file); tiling, shard
+ * sizes and slice shapes were checked when the manifest was opened. */
+static int shard_verify(const opts *o, tzr_shard_set *set) {
+    int status = EXIT_OK;
+    for (int k = 0; k < tzr_shard_nshards(set); k++) {
+        opts one = *o;
+        char name[4096];
+        snprintf(name, sizeof name, "%s (shard %d)", o->file, k);
+        one.file = name;
+        one.nfilters = 0;
+        if (do_verify(&one, tzr_shard_reader(set, k)) != EXIT_OK) status = EXIT_FAIL;
+    }
+    return status;
+}
+
+/* Reassemble whole tensors (one rank of one) and write them out. */
+static int shard_export(const opts *o, tzr_shard_set *set) {
+    tzr_shard_result *res;
+    int rc = tzr_shard_load_rank(set, 0, 1, NULL, &res);
+    if (rc) return cli_lib_error(rc);
+    size_t m = 0;
+    tzr_st_tensor *decl = calloc(res->count + 1, sizeof *decl);
+    size_t *which = calloc(res->count + 1, sizeof *which);
+    for (size_t i = 0; i < res->count && !rc; i++) {
+        const tzr_shard_piece *pc = &res->pieces[i];
+        const tzr_shard_tensor *t = tzr_shard_tensor_at(set, pc->tensor);
+        if (!shard_selected(o, t)) continue;
+        if (!tzr_st_dtype_name(pc->dtype)) {
+            cli_error("%s: tensor '%s' has no safetensors dtype", o->file, shard_shown(t));
+            rc = TZR_ENOTSUP;
+            break;
+        }
+        decl[m].name = pc->name;
+        decl[m].name_len = pc->name_len;
+        decl[m].dtype = pc->dtype;
+        decl[m].ndim = pc->ndim;
+        decl[m].shape = pc->shape;
+        decl[m].nbytes = pc->nbytes;
+        which[m++] = i;
+    }
+    tzr_output *out = NULL;
+    tzr_st_writer *w = NULL;
+    if (!rc) rc = tzr_output_open_file(&out, o->output);
+    if (!rc) rc = tzr_st_writer_open(&w, out, decl, m, NULL, NULL, 0);
+    for (size_t k = 0; k < m && !rc; k++)
+        rc = tzr_st_writer_put(w, k, 0, res->pieces[which[k]].data, (size_t)res->pieces[which[k]].nbytes);
+    if (w) {
+        if (rc) tzr_st_writer_abort(w);
+        else rc = tzr_st_writer_close(w);
+    }
+    if (rc && rc != TZR_ENOTSUP) cli_lib_error(rc);
+    free(decl);
+    free(which);
+    tzr_shard_result_free(res);
+    return rc ? EXIT_FAIL : EXIT_OK;
+}
+
+static int shard_main(const opts *o) {
+    tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
+    tzr_shard_set *set;
+    int rc = tzr_shard_open(&set, o->file, &so);
+    if (rc) return cli_lib_error(rc);
+    int status;
+    if (o->sha) {
+        cli_error("--sha256 is not available for shard manifests");
+        status = EXIT_USAGE;
+    } else if (o->verify) {
+        status = shard_verify(o, set);
+    } else if (o->output) {
+        status = shard_export(o, set);
+    } else {
+        status = shard_list(o, set);
+    }
+    tzr_shard_close(set);
+    return status;
+}
+
 int main(int argc, char **argv) {
     cli_prog = "detensorize";
     opts o = {0};
@@ -417,6 +560,15 @@ int main(int argc, char **argv) {
     if (o.crypt.have_key && o.crypt.password) {
         cli_error("give --key-file or --password-file, not both");
         return EXIT_USAGE;
+    }
+    if (is_manifest(o.file)) {
+        if (o.crypt.have_key || o.crypt.password) {
+            cli_error("shard manifests are not encrypted; drop --key-file/--password-file");
+            return EXIT_USAGE;
+        }
+        int st = shard_main(&o);
+        free(o.filters);
+        return st;
     }
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.read_headers = !o.verify && !o.output; /* --list shows module indices */

@@ -4,10 +4,12 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
+#include "tzr_shard.h"
 
 static const char usage[] =
     "Usage: tensorize IN [IN ...] -o OUT [OPTIONS]\n"
@@ -21,6 +23,11 @@ static const char usage[] =
     "      --password-file P   encrypt with a key derived from this password\n"
     "                          (Argon2id, tensorizer's defaults)\n"
     "      --index-bytes N     index reservation (default 262144, as tensorizer)\n"
+    "      --shards N          write N rank shards PREFIX-rank-0000k-of-0000N.tensors and\n"
+    "                          the manifest PREFIX.tzr-index.json (PREFIX: OUT less .tensors)\n"
+    "      --split-dim RULES   how --shards cuts tensors: \"glob=DIM,glob=replicate,...\"\n"
+    "                          (default: dim 0 when it divides evenly and the tensor is\n"
+    "                          >= 1 MiB, else replicate on every shard)\n"
     "  -q, --quiet             no progress or summary\n"
     "  -h, --help              this help;  --version  library version\n"
     "\n"
@@ -103,11 +110,15 @@ int main(int argc, char **argv) {
     cli_crypt crypt = {0};
     uint64_t index_bytes = 0;
     int quiet = 0;
-    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION };
+    int shards = 0;
+    const char *rules = NULL;
+    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES };
     static const struct option longs[] = {{"output", required_argument, 0, 'o'},
                                           {"key-file", required_argument, 0, O_KEY},
                                           {"password-file", required_argument, 0, O_PW},
                                           {"index-bytes", required_argument, 0, O_INDEX},
+                                          {"shards", required_argument, 0, O_SHARDS},
+                                          {"split-dim", required_argument, 0, O_RULES},
                                           {"quiet", no_argument, 0, 'q'},
                                           {"help", no_argument, 0, 'h'},
                                           {"version", no_argument, 0, O_VERSION},
@@ -119,6 +130,8 @@ int main(int argc, char **argv) {
         case O_KEY: if (cli_load_key_file(&crypt, optarg)) return EXIT_USAGE; break;
         case O_PW: if (cli_load_password_file(&crypt, optarg)) return EXIT_USAGE; break;
         case O_INDEX: index_bytes = strtoull(optarg, NULL, 10); break;
+        case O_SHARDS: shards = atoi(optarg); break;
+        case O_RULES: rules = optarg; break;
         case 'q': quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("tensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
@@ -136,6 +149,24 @@ int main(int argc, char **argv) {
     if (crypt.have_key && crypt.password) {
         cli_error("give --key-file or --password-file, not both");
         return EXIT_USAGE;
+    }
+    if (shards < 0 || shards > TZR_SHARD_MAX || (rules && !shards)) {
+        cli_error(rules ? "--split-dim goes with --shards" : "--shards takes 1 to %d", TZR_SHARD_MAX);
+        return EXIT_USAGE;
+    }
+    if (shards && (crypt.have_key || crypt.password)) {
+        cli_error("--shards does not encrypt yet; write the shards, then encrypt each");
+        return EXIT_USAGE;
+    }
+    /* With --shards, the inputs are first written as one temporary
+     * .tensors file beside the output, then split (and removed). */
+    char prefix[4096], joined[4200];
+    if (shards) {
+        snprintf(prefix, sizeof prefix, "%s", output);
+        size_t pl = strlen(prefix);
+        if (pl > 8 && strcmp(prefix + pl - 8, ".tensors") == 0) prefix[pl - 8] = 0;
+        snprintf(joined, sizeof joined, "%s.tzr-joined-%d.tensors", prefix, (int)getpid());
+        output = joined;
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -179,6 +210,32 @@ int main(int argc, char **argv) {
     rc = tzr_writer_close(w);
     cli_crypt_clear(&crypt);
     if (rc) return cli_lib_error(rc);
+    if (shards) {
+        tzr_reader *r;
+        rc = tzr_reader_open(&r, output, NULL);
+        if (!rc) {
+            tzr_shard_split_options so = TZR_SHARD_SPLIT_OPTIONS_INIT;
+            so.metadata_size = index_bytes;
+            rc = tzr_shard_split(r, prefix, shards, rules, &so);
+            tzr_reader_free(r);
+        }
+        if (rc) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", tzr_last_error());
+            unlink(output);
+            cli_error("%s", msg);
+            return EXIT_FAIL;
+        }
+        unlink(output);
+        if (!quiet) {
+            char first[4200];
+            tzr_shard_file_name(first, sizeof first, prefix, 0, shards, ".tensors");
+            fprintf(stderr, "tensorize: wrote %d shards (%s ...) and %s%s in %.2f s\n", shards, first, prefix,
+                    TZR_SHARD_MANIFEST_SUFFIX, cli_now() - t0);
+        }
+        return EXIT_OK;
+    }
+
     if (!quiet) {
         char sz[32];
         double secs = cli_now() - t0;

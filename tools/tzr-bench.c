@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_ranks.h"
 #include "cli.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
@@ -38,7 +39,10 @@ static const char usage[] =
     "  --keep            keep the generated files\n"
     "  --make-sample P   only write an LLM-shaped .safetensors file P and exit\n"
     "  --cases LIST      only these: raw,host,host-verify,null,null-verify,peer\n"
-    "  --json            JSON lines instead of the table\n";
+    "  --json            JSON lines instead of the table\n"
+    "\n"
+    "  --ranks [OPTS]    multi-rank load benchmark; run under mpirun (see\n"
+    "                    tools/common/bench_ranks.h for its options)\n";
 
 typedef struct cfg {
     uint64_t size;
@@ -380,6 +384,11 @@ static void header(const cfg *c) {
 
 int main(int argc, char **argv) {
     cli_prog = "tzr-bench";
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--ranks") == 0) {
+            for (int k = i; k + 1 < argc; k++) argv[k] = argv[k + 1];
+            return bench_ranks_main(argc - 1, argv);
+        }
     cfg c = {(uint64_t)1024 << 20, 16, 100000, "/tmp", NULL, NULL, 0, 0, 0, 3, 0, 0, 0, 0, NULL};
     enum { O_SIZE = 256, O_LAYERS, O_SMALL, O_DIR, O_FILE, O_COLD, O_CUDA, O_THREADS, O_CHUNK, O_RING, O_REPEAT,
            O_KEEP, O_SAMPLE, O_JSON, O_CASES };

@@ -1,0 +1,170 @@
+/* libtzr sharded checkpoints: one plain `.tensors` file per rank plus a JSON
+ * manifest describing how each global tensor is cut across the shards
+ * (formats/shards.md), and loading any rank's slices of a sharded
+ * checkpoint for any rank count (resharding on load). Only standard headers.
+ *
+ * Files for prefix "out/model" and 8 shards:
+ *   out/model-rank-00000-of-00008.tensors ... out/model-rank-00007-of-00008.tensors
+ *   out/model.tzr-index.json                  (the manifest)
+ *   out/model-rank-0000N-of-00008.tzr-part.json (per-shard sidecars, merged
+ *                                              into the manifest and removed)
+ *
+ * Split rules (for tzr_shard_split and for the target layout of a load):
+ * comma-separated "glob=DIM" or "glob=replicate" entries, first match wins,
+ * e.g. "*.weight=0,*embed*=1,*norm*=replicate". Globs are fnmatch patterns
+ * over the name bytes (for structured names: the JSON array text after the
+ * 0x1E marker). A dimension the tensor does not have, or a 0-d tensor,
+ * means replicate. Splits may be uneven: a dimension of length L cut into
+ * P parts gives part p the range starting at p*(L/P) + min(p, L%P) with
+ * L/P + (p < L%P) entries (the first L%P parts are one longer). */
+#ifndef TZR_SHARD_H
+#define TZR_SHARD_H
+
+#include "tzr.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TZR_SHARD_REPLICATED (-1)
+#define TZR_SHARD_MANIFEST_SUFFIX ".tzr-index.json"
+#define TZR_SHARD_PART_SUFFIX ".tzr-part.json"
+#define TZR_SHARD_MAX 99999
+
+/* "<prefix>-rank-00003-of-00008<suffix>" into buf (suffix ".tensors",
+ * TZR_SHARD_PART_SUFFIX, ...). TZR_ELIMIT when it does not fit. */
+TZR_API int tzr_shard_file_name(char *buf, size_t cap, const char *prefix, int shard, int nshards,
+                                const char *suffix);
+/* Part p of a dimension of length len cut into parts (see above). */
+TZR_API void tzr_shard_chunk(uint64_t len, int parts, int p, uint64_t *offset, uint64_t *length);
+
+/* ------------------------------------------------------------- writing */
+typedef struct tzr_shard_writer tzr_shard_writer;
+
+typedef struct tzr_shard_writer_options {
+    size_t struct_size;
+    uint64_t metadata_size; /* index reservation of the shard file (0: default) */
+    int no_hash;            /* do not record sha256 of replicated tensors */
+} tzr_shard_writer_options;
+#define TZR_SHARD_WRITER_OPTIONS_INIT { sizeof(tzr_shard_writer_options), 0, 0 }
+
+/* One tensor's slice held by this shard. */
+typedef struct tzr_shard_tensor_desc {
+    const char *name;         /* global name: raw bytes (plain or 0x1E+JSON) */
+    size_t name_len;
+    const char *dtype_str;    /* raw dtype bytes; NULL: from dtype */
+    size_t dtype_len;
+    tzr_dtype dtype;
+    uint32_t ndim;
+    const uint64_t *shape;    /* global shape */
+    int dim;                  /* split dimension, or TZR_SHARD_REPLICATED */
+    uint64_t offset, length;  /* range of `dim` held here (ignored if replicated) */
+    const uint8_t *sha256;    /* optional: sha256 of the whole global tensor */
+} tzr_shard_tensor_desc;
+
+/* Open the writer of shard `rank` of `nranks` (an atomic file write). */
+TZR_API int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, int rank, int nranks,
+                                  const tzr_shard_writer_options *opt);
+/* Add a tensor; data is the local slice (global shape with `dim` replaced
+ * by `length`), row-major. */
+TZR_API int tzr_shard_writer_add(tzr_shard_writer *w, const tzr_shard_tensor_desc *d, const void *data);
+/* Finish the shard file and write its sidecar; frees w. */
+TZR_API int tzr_shard_writer_close(tzr_shard_writer *w);
+TZR_API void tzr_shard_writer_abort(tzr_shard_writer *w);
+
+/* Merge the nshards sidecars of prefix into the manifest, checking that
+ * every tensor's slices tile it exactly (no gap, no overlap) with the same
+ * dtype and shape everywhere; removes the sidecars on success. */
+TZR_API int tzr_shard_manifest_build(const char *prefix, int nshards);
+
+typedef struct tzr_shard_split_options {
+    size_t struct_size;
+    uint64_t min_split_bytes; /* default rule: split dim 0 only from this size (0: 1 MiB) */
+    uint64_t metadata_size;   /* index reservation of each shard (0: default) */
+} tzr_shard_split_options;
+#define TZR_SHARD_SPLIT_OPTIONS_INIT { sizeof(tzr_shard_split_options), 0, 0 }
+
+/* Cut a whole checkpoint into nshards shards + manifest. Default rule:
+ * split dim 0 when shape[0] % nshards == 0 and the tensor holds at least
+ * min_split_bytes; otherwise replicate. rules (may be NULL) override.
+ * Every tensor's sha256 is recorded. Meta tensors are written as zeros. */
+TZR_API int tzr_shard_split(tzr_reader *in, const char *prefix, int nshards, const char *rules,
+                            const tzr_shard_split_options *opt);
+
+/* ------------------------------------------------------------- loading */
+typedef struct tzr_shard_set tzr_shard_set;
+
+/* A global tensor of a sharded checkpoint. */
+typedef struct tzr_shard_tensor {
+    const char *name;       /* raw name bytes, NUL-terminated copy */
+    size_t name_len;
+    const char *dtype_str;  /* raw dtype bytes (may hold a NUL) */
+    size_t dtype_len;
+    tzr_dtype dtype;
+    uint32_t itemsize;
+    uint32_t ndim;
+    const uint64_t *shape;  /* global shape */
+    uint64_t nbytes;        /* bytes of the whole tensor */
+    int dim;                /* split dimension, or TZR_SHARD_REPLICATED */
+    int has_sha256;
+    uint8_t sha256[32];
+} tzr_shard_tensor;
+
+typedef struct tzr_shard_open_options {
+    size_t struct_size;
+    int verify;             /* check shard hashes and manifest sha256 */
+} tzr_shard_open_options;
+#define TZR_SHARD_OPEN_OPTIONS_INIT { sizeof(tzr_shard_open_options), 1 }
+
+/* Open a manifest: parses it, checks the tiling, checks every shard file
+ * exists with the recorded size and holds each listed slice with the
+ * expected dtype and local shape. A plain `.tensors` path is accepted too
+ * and opened as one shard holding every tensor replicated. */
+TZR_API int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_options *opt);
+TZR_API void tzr_shard_close(tzr_shard_set *s);
+TZR_API size_t tzr_shard_count(const tzr_shard_set *s);
+TZR_API int tzr_shard_nshards(const tzr_shard_set *s);
+TZR_API const tzr_shard_tensor *tzr_shard_tensor_at(const tzr_shard_set *s, size_t i);
+/* Shard k's reader (valid while s lives). */
+TZR_API tzr_reader *tzr_shard_reader(const tzr_shard_set *s, int k);
+
+/* What one rank holds of one global tensor after a load. */
+typedef struct tzr_shard_piece {
+    size_t tensor;          /* index in the set */
+    const char *name;       /* points into the set */
+    size_t name_len;
+    tzr_dtype dtype;
+    int dim;                /* split dimension, or TZR_SHARD_REPLICATED (whole) */
+    uint64_t offset, length;/* range of `dim` held (whole: 0 and 0) */
+    uint32_t ndim;
+    uint64_t *shape;        /* local shape */
+    void *data;             /* row-major local bytes */
+    uint64_t nbytes;
+} tzr_shard_piece;
+
+typedef struct tzr_shard_result {
+    size_t count;
+    tzr_shard_piece *pieces;
+    uint64_t bytes;         /* bytes delivered */
+    uint64_t bytes_read;    /* bytes read from shard files */
+    void *arena;            /* private: one allocation holding every piece */
+} tzr_shard_result;
+
+/* The target layout for rank `rank` of `nranks`: every tensor keeps its
+ * split dimension (cut into nranks parts, unevenly where needed; nranks 1
+ * gives whole tensors) and replicated tensors stay whole, unless rules
+ * (may be NULL) say otherwise. Reads only the byte ranges of the shards
+ * that hold the needed slices; whole shard tensors are hash-checked and
+ * whole global tensors are checked against the manifest sha256 when the
+ * set was opened with verify. */
+TZR_API int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const char *rules,
+                                tzr_shard_result **out);
+/* The slice rank `rank` of `nranks` gets of tensor i (no I/O). */
+TZR_API int tzr_shard_target(const tzr_shard_set *s, size_t i, int rank, int nranks, const char *rules,
+                             int *dim, uint64_t *offset, uint64_t *length);
+TZR_API void tzr_shard_result_free(tzr_shard_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,76 @@
+/* Shared by the shard_*.c files: the in-memory form of a manifest or a
+ * sidecar (a table of global tensors and the slices each shard holds),
+ * split rules, and the set handle. */
+#ifndef TZR_SHARD_INTERNAL_H
+#define TZR_SHARD_INTERNAL_H
+
+#include "internal.h"
+#include "tzr_shard.h"
+
+#define SHARD_FORMAT "tzr-shards"
+#define SHARD_VERSION 1
+
+typedef struct shard_slice {
+    int shard;
+    uint64_t offset, length; /* along the tensor's split dim; 0,0 if replicated */
+    size_t local;            /* index in that shard's reader (set at open) */
+} shard_slice;
+
+typedef struct shard_entry {
+    tzr_shard_tensor pub;    /* name/dtype/shape point into the fields below */
+    char *name;
+    char *dtype;
+    uint64_t *shape;
+    shard_slice *slices;     /* replicated: one per holder */
+    size_t nslices;
+} shard_entry;
+
+typedef struct shard_table {
+    int nshards;
+    char **files;            /* base names, nshards of them (NULL: unknown) */
+    uint64_t *sizes;
+    shard_entry *t;
+    size_t n, cap;
+} shard_table;
+
+TZR_HIDDEN void shard_table_free(shard_table *tb);
+/* Append a copy of the entry fields; returns the new entry or NULL (ENOMEM
+ * set). */
+TZR_HIDDEN shard_entry *shard_table_add(shard_table *tb, const char *name, size_t name_len, const char *dtype,
+                                        size_t dtype_len, uint32_t ndim, const uint64_t *shape, int dim);
+TZR_HIDDEN int shard_entry_add_slice(shard_entry *e, int shard, uint64_t offset, uint64_t length);
+TZR_HIDDEN int shard_table_find(const shard_table *tb, const char *name, size_t name_len, size_t *idx);
+/* Every slice list tiles its tensor exactly; dtypes parse; shards in range. */
+TZR_HIDDEN int shard_table_validate(const shard_table *tb, const char *what);
+/* Local shape of slice sl of e into out (ndim entries). */
+TZR_HIDDEN void shard_local_shape(const shard_entry *e, const shard_slice *sl, uint64_t *out);
+
+/* JSON (jansson stays inside shard_manifest.c). kind: "manifest" or the
+ * sidecar of shard `shard`. */
+TZR_HIDDEN int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path);
+TZR_HIDDEN int shard_json_read(const char *path, shard_table *tb, int *sidecar_shard);
+
+/* Split rules. */
+typedef struct shard_rule {
+    char *glob;
+    int dim; /* TZR_SHARD_REPLICATED or >= 0 */
+} shard_rule;
+typedef struct shard_rules {
+    shard_rule *r;
+    size_t n;
+} shard_rules;
+TZR_HIDDEN int shard_rules_parse(const char *text, shard_rules *out);
+TZR_HIDDEN void shard_rules_free(shard_rules *r);
+/* The rule's dim for this tensor: 1 and *dim set if a rule matched
+ * (replicate where the tensor lacks that dimension), 0 if none did. */
+TZR_HIDDEN int shard_rules_match(const shard_rules *r, const char *name, size_t name_len, uint32_t ndim, int *dim);
+
+/* The set handle. */
+struct tzr_shard_set {
+    shard_table tb;
+    tzr_reader **readers;    /* one per shard */
+    int verify;
+    char *path;
+};
+
+#endif

@@ -1,0 +1,355 @@
+/* The manifest and sidecar JSON (formats/shards.md): writing and parsing a
+ * shard table, and merging the per-shard sidecars into the manifest. */
+#include "shard_internal.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static json_t *name_json(const char *name, size_t len) {
+    if (len && name[0] == 0x1E) return json_loadb(name + 1, len - 1, JSON_DECODE_ANY, NULL);
+    return json_stringn(name, len);
+}
+
+static json_t *entry_json(const shard_entry *e) {
+    json_t *o = json_object(), *shape = json_array(), *sl = json_array();
+    if (!o || !shape || !sl) goto fail;
+    json_t *nm = name_json(e->name, e->pub.name_len);
+    if (!nm) goto fail;
+    json_object_set_new(o, "name", nm);
+    json_object_set_new(o, "dtype", json_stringn(e->dtype, e->pub.dtype_len));
+    for (uint32_t d = 0; d < e->pub.ndim; d++) json_array_append_new(shape, json_integer((json_int_t)e->shape[d]));
+    json_object_set_new(o, "shape", shape);
+    shape = NULL;
+    for (size_t k = 0; k < e->nslices; k++) {
+        const shard_slice *s = &e->slices[k];
+        if (e->pub.dim == TZR_SHARD_REPLICATED) {
+            json_array_append_new(sl, json_integer(s->shard));
+        } else {
+            json_array_append_new(sl, json_pack("{s:i,s:i,s:I,s:I}", "shard", s->shard, "dim", e->pub.dim,
+                                                "offset", (json_int_t)s->offset, "length", (json_int_t)s->length));
+        }
+    }
+    json_object_set_new(o, e->pub.dim == TZR_SHARD_REPLICATED ? "replicated" : "slices", sl);
+    sl = NULL;
+    if (e->pub.has_sha256) {
+        char hex[65];
+        for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", e->pub.sha256[i]);
+        json_object_set_new(o, "sha256", json_string(hex));
+    }
+    return o;
+fail:
+    json_decref(o), json_decref(shape), json_decref(sl);
+    return NULL;
+}
+
+int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path) {
+    json_t *root = json_object(), *shards = json_array(), *ts = json_array();
+    int rc = TZR_ENOMEM;
+    if (!root || !shards || !ts) goto out;
+    json_object_set_new(root, "format", json_string(sidecar_shard >= 0 ? SHARD_FORMAT "-part" : SHARD_FORMAT));
+    json_object_set_new(root, "version", json_integer(SHARD_VERSION));
+    json_object_set_new(root, "shard_count", json_integer(tb->nshards));
+    if (sidecar_shard >= 0) json_object_set_new(root, "shard", json_integer(sidecar_shard));
+    for (int k = 0; k < tb->nshards; k++) {
+        if (!tb->files[k]) continue;
+        json_array_append_new(shards, json_pack("{s:i,s:s,s:I}", "index", k, "file", tb->files[k], "size",
+                                                (json_int_t)tb->sizes[k]));
+    }
+    json_object_set_new(root, "shards", shards);
+    shards = NULL;
+    for (size_t i = 0; i < tb->n; i++) {
+        json_t *e = entry_json(&tb->t[i]);
+        if (!e) {
+            char nb[TZR_NAMEBUF];
+            rc = tzr_fail(TZR_EFORMAT, "tensor '%s': name or dtype cannot be written as JSON",
+                          tzr_printable(tb->t[i].name, tb->t[i].pub.name_len, nb, sizeof nb));
+            goto out;
+        }
+        json_array_append_new(ts, e);
+    }
+    json_object_set_new(root, "tensors", ts);
+    ts = NULL;
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        rc = tzr_fail(TZR_ELIMIT, "path '%s' is too long", path);
+        goto out;
+    }
+    if (json_dump_file(root, tmp, JSON_INDENT(1) | JSON_ENSURE_ASCII) != 0 || rename(tmp, path) != 0) {
+        unlink(tmp);
+        rc = tzr_fail(TZR_EIO, "cannot write '%s'", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (rc == TZR_ENOMEM) tzr_fail(rc, "out of memory");
+    json_decref(root), json_decref(shards), json_decref(ts);
+    return rc;
+}
+
+/* A name from JSON: a string, or an array rebuilt as a structured name. */
+static int name_from_json(json_t *v, char **out, size_t *len) {
+    if (json_is_string(v)) {
+        *len = json_string_length(v);
+        *out = malloc(*len + 1);
+        if (!*out) return TZR_ENOMEM;
+        memcpy(*out, json_string_value(v), *len + 1);
+        return 0;
+    }
+    if (!json_is_array(v)) return TZR_EFORMAT;
+    size_t n = json_array_size(v);
+    tzr_name_part *parts = calloc(n ? n : 1, sizeof *parts);
+    if (!parts) return TZR_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(v, i);
+        if (json_is_string(p)) parts[i].str = json_string_value(p);
+        else if (json_is_integer(p) && json_integer_value(p) >= 0) parts[i].idx = (uint64_t)json_integer_value(p);
+        else {
+            free(parts);
+            return TZR_EFORMAT;
+        }
+    }
+    int rc = tzr_name_build(parts, n, out, len);
+    free(parts);
+    return rc;
+}
+
+static int parse_u64(json_t *v, uint64_t *out) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return -1;
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *path) {
+    json_t *jn = json_object_get(o, "name"), *jd = json_object_get(o, "dtype"), *js = json_object_get(o, "shape");
+    json_t *jsl = json_object_get(o, "slices"), *jr = json_object_get(o, "replicated");
+    json_t *jh = json_object_get(o, "sha256");
+    char *name = NULL;
+    size_t name_len;
+    if (!jn || name_from_json(jn, &name, &name_len) || !json_is_string(jd) || !json_is_array(js) ||
+        json_array_size(js) > TZR_MAX_DIMS || (!json_is_array(jsl) == !json_is_array(jr))) {
+        free(name);
+        return tzr_fail(TZR_EFORMAT, "%s: tensors[%zu]: want name, dtype, shape and one of slices/replicated",
+                        path, i);
+    }
+    uint64_t shape[TZR_MAX_DIMS];
+    uint32_t ndim = (uint32_t)json_array_size(js);
+    for (uint32_t d = 0; d < ndim; d++)
+        if (parse_u64(json_array_get(js, d), &shape[d])) {
+            free(name);
+            return tzr_fail(TZR_EFORMAT, "%s: tensors[%zu]: bad shape", path, i);
+        }
+    int dim = TZR_SHARD_REPLICATED;
+    json_t *first = jsl ? json_array_get(jsl, 0) : NULL;
+    if (jsl && (!first || !json_is_integer(json_object_get(first, "dim")))) {
+        free(name);
+        return tzr_fail(TZR_EFORMAT, "%s: tensors[%zu]: slices need a dim", path, i);
+    }
+    if (first) dim = (int)json_integer_value(json_object_get(first, "dim"));
+    shard_entry *e = shard_table_add(tb, name, name_len, json_string_value(jd), json_string_length(jd), ndim, shape,
+                                     dim);
+    char nb[TZR_NAMEBUF];
+    const char *nm = tzr_printable(name, name_len, nb, sizeof nb);
+    free(name);
+    if (!e) return TZR_ENOMEM;
+    if (dim != TZR_SHARD_REPLICATED && (dim < 0 || (uint32_t)dim >= ndim))
+        return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': split dim %d but %u dims", path, nm, dim, ndim);
+    json_t *arr = jsl ? jsl : jr;
+    for (size_t k = 0; k < json_array_size(arr); k++) {
+        json_t *s = json_array_get(arr, k);
+        uint64_t shard, off = 0, len = 0;
+        int bad;
+        if (jsl) {
+            json_t *jdim = json_object_get(s, "dim");
+            bad = parse_u64(json_object_get(s, "shard"), &shard) || parse_u64(json_object_get(s, "offset"), &off) ||
+                  parse_u64(json_object_get(s, "length"), &len) || !json_is_integer(jdim) ||
+                  json_integer_value(jdim) != dim;
+        } else {
+            bad = parse_u64(s, &shard);
+        }
+        if (bad || shard > TZR_SHARD_MAX)
+            return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': slice %zu is malformed (all slices need shard, the same dim, offset, length)",
+                            path, nm, k);
+        if (shard_entry_add_slice(e, (int)shard, off, len)) return TZR_ENOMEM;
+    }
+    if (jh) {
+        const char *h = json_string_value(jh);
+        if (!h || strlen(h) != 64) return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': bad sha256", path, nm);
+        for (int b = 0; b < 32; b++) {
+            unsigned v;
+            if (sscanf(h + 2 * b, "%2x", &v) != 1)
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': bad sha256", path, nm);
+            e->pub.sha256[b] = (uint8_t)v;
+        }
+        e->pub.has_sha256 = 1;
+    }
+    return 0;
+}
+
+int shard_json_read(const char *path, shard_table *tb, int *sidecar_shard) {
+    memset(tb, 0, sizeof *tb);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_ALLOW_NUL, &jerr);
+    if (!root) {
+        if (access(path, F_OK) != 0) return tzr_fail(TZR_EIO, "cannot open '%s': %s", path, jerr.text);
+        return tzr_fail(TZR_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
+    }
+    int rc = 0;
+    const char *fmt = json_string_value(json_object_get(root, "format"));
+    json_t *jv = json_object_get(root, "version"), *jn = json_object_get(root, "shard_count");
+    json_t *jsh = json_object_get(root, "shards"), *jt = json_object_get(root, "tensors");
+    int side = fmt && strcmp(fmt, SHARD_FORMAT "-part") == 0;
+    if (!fmt || (!side && strcmp(fmt, SHARD_FORMAT) != 0) || !json_is_integer(jn) || !json_is_array(jsh) ||
+        !json_is_array(jt)) {
+        rc = tzr_fail(TZR_EFORMAT, "%s: not a tzr shard manifest (want format, shard_count, shards, tensors)", path);
+        goto out;
+    }
+    if (!json_is_integer(jv) || json_integer_value(jv) != SHARD_VERSION) {
+        rc = tzr_fail(TZR_EVERSION, "%s: manifest version %lld is not supported (want %d)", path,
+                      (long long)json_integer_value(jv), SHARD_VERSION);
+        goto out;
+    }
+    json_int_t n = json_integer_value(jn);
+    if (n < 1 || n > TZR_SHARD_MAX) {
+        rc = tzr_fail(TZR_EFORMAT, "%s: shard_count %lld out of range", path, (long long)n);
+        goto out;
+    }
+    tb->nshards = (int)n;
+    tb->files = calloc((size_t)n, sizeof *tb->files);
+    tb->sizes = calloc((size_t)n, sizeof *tb->sizes);
+    if (!tb->files || !tb->sizes) {
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        goto out;
+    }
+    *sidecar_shard = -1;
+    if (side) {
+        json_t *js = json_object_get(root, "shard");
+        if (!json_is_integer(js) || json_integer_value(js) < 0 || json_integer_value(js) >= n) {
+            rc = tzr_fail(TZR_EFORMAT, "%s: bad shard number", path);
+            goto out;
+        }
+        *sidecar_shard = (int)json_integer_value(js);
+    }
+    for (size_t k = 0; k < json_array_size(jsh); k++) {
+        json_t *s = json_array_get(jsh, k);
+        uint64_t idx, size;
+        const char *file = json_string_value(json_object_get(s, "file"));
+        if (parse_u64(json_object_get(s, "index"), &idx) || idx >= (uint64_t)n ||
+            parse_u64(json_object_get(s, "size"), &size) || !file || strchr(file, '/') || tb->files[idx]) {
+            rc = tzr_fail(TZR_EFORMAT, "%s: shards[%zu]: want a unique index, a plain file name and a size", path, k);
+            goto out;
+        }
+        if (!(tb->files[idx] = strdup(file))) {
+            rc = tzr_fail(TZR_ENOMEM, "out of memory");
+            goto out;
+        }
+        tb->sizes[idx] = size;
+    }
+    for (size_t i = 0; i < json_array_size(jt) && !rc; i++) rc = entry_from_json(json_array_get(jt, i), i, tb, path);
+    if (rc == TZR_ENOMEM) tzr_fail(rc, "out of memory");
+out:
+    json_decref(root);
+    if (rc) shard_table_free(tb);
+    return rc;
+}
+
+/* --------------------------------------------------------------- merging */
+static int merge_part(shard_table *m, const shard_table *p, int k, const char *path) {
+    for (size_t i = 0; i < p->n; i++) {
+        const shard_entry *s = &p->t[i];
+        char nb[TZR_NAMEBUF];
+        const char *nm = tzr_printable(s->name, s->pub.name_len, nb, sizeof nb);
+        size_t j;
+        shard_entry *e;
+        if (shard_table_find(m, s->name, s->pub.name_len, &j) == 0) {
+            e = &m->t[j];
+            if (e->pub.dtype_len != s->pub.dtype_len || memcmp(e->dtype, s->dtype, s->pub.dtype_len))
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': dtype differs from an earlier shard", path, nm);
+            if (e->pub.ndim != s->pub.ndim || memcmp(e->shape, s->shape, s->pub.ndim * sizeof *s->shape))
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': global shape differs from an earlier shard", path, nm);
+            if (e->pub.dim != s->pub.dim)
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': split dim %d but an earlier shard says %d", path, nm,
+                                s->pub.dim, e->pub.dim);
+            if (e->pub.has_sha256 && s->pub.has_sha256 && memcmp(e->pub.sha256, s->pub.sha256, 32))
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': sha256 differs from an earlier shard", path, nm);
+        } else {
+            e = shard_table_add(m, s->name, s->pub.name_len, s->dtype, s->pub.dtype_len, s->pub.ndim, s->shape,
+                                s->pub.dim);
+            if (!e) return TZR_ENOMEM;
+        }
+        if (s->pub.has_sha256 && !e->pub.has_sha256) {
+            memcpy(e->pub.sha256, s->pub.sha256, 32);
+            e->pub.has_sha256 = 1;
+        }
+        for (size_t q = 0; q < s->nslices; q++) {
+            if (s->slices[q].shard != k)
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': sidecar of shard %d claims a slice of shard %d", path,
+                                nm, k, s->slices[q].shard);
+            if (shard_entry_add_slice(e, k, s->slices[q].offset, s->slices[q].length)) return TZR_ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static int manifest_path(char *buf, size_t cap, const char *prefix) {
+    if ((size_t)snprintf(buf, cap, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX) >= cap)
+        return tzr_fail(TZR_ELIMIT, "prefix '%s' is too long", prefix);
+    return 0;
+}
+
+int tzr_shard_manifest_build(const char *prefix, int nshards) {
+    char path[4096], dir[4096];
+    int rc = manifest_path(path, sizeof path, prefix);
+    if (rc) return rc;
+    if (nshards < 1 || nshards > TZR_SHARD_MAX)
+        return tzr_fail(TZR_EINVAL, "shard count %d out of range (1..%d)", nshards, TZR_SHARD_MAX);
+    snprintf(dir, sizeof dir, "%s", prefix);
+    char *slash = strrchr(dir, '/');
+    if (slash) slash[1] = 0;
+    else dir[0] = 0;
+    shard_table m = {0};
+    m.nshards = nshards;
+    m.files = calloc((size_t)nshards, sizeof *m.files);
+    m.sizes = calloc((size_t)nshards, sizeof *m.sizes);
+    if (!m.files || !m.sizes) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    for (int k = 0; k < nshards && !rc; k++) {
+        char side[4096];
+        shard_table p;
+        int which;
+        if ((rc = tzr_shard_file_name(side, sizeof side, prefix, k, nshards, TZR_SHARD_PART_SUFFIX))) break;
+        if ((rc = shard_json_read(side, &p, &which))) {
+            tzr_fail_prefix(rc, "shard %d of %d: ", k, nshards);
+            break;
+        }
+        if (which != k || p.nshards != nshards || !p.files[k])
+            rc = tzr_fail(TZR_EFORMAT, "%s: sidecar is for shard %d of %d with file %s, want shard %d of %d", side,
+                          which, p.nshards, p.files[which >= 0 && which < p.nshards ? which : 0] ? "set" : "missing",
+                          k, nshards);
+        if (!rc) {
+            char full[8300];
+            struct stat st;
+            snprintf(full, sizeof full, "%s%s", dir, p.files[k]);
+            if (stat(full, &st) != 0)
+                rc = tzr_fail(TZR_EIO, "shard %d: cannot stat '%s'", k, full);
+            else if ((uint64_t)st.st_size != p.sizes[k])
+                rc = tzr_fail(TZR_EFORMAT, "shard %d: '%s' has %llu bytes but its sidecar says %llu", k, full,
+                              (unsigned long long)st.st_size, (unsigned long long)p.sizes[k]);
+        }
+        if (!rc && !(m.files[k] = strdup(p.files[k]))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        if (!rc) {
+            m.sizes[k] = p.sizes[k];
+            rc = merge_part(&m, &p, k, side);
+        }
+        shard_table_free(&p);
+    }
+    if (!rc) rc = shard_table_validate(&m, path);
+    if (!rc) rc = shard_json_write(&m, -1, path);
+    for (int k = 0; k < nshards && !rc; k++) {
+        char side[4096];
+        if (!tzr_shard_file_name(side, sizeof side, prefix, k, nshards, TZR_SHARD_PART_SUFFIX)) unlink(side);
+    }
+    shard_table_free(&m);
+    return rc;
+}

@@ -1,0 +1,129 @@
+/* Opening a sharded checkpoint: the manifest is parsed and checked, then
+ * every shard file is opened and must hold each slice the manifest gives
+ * it, with the same dtype and the expected local shape. A plain .tensors
+ * file opens as a one-shard set holding everything replicated. */
+#include "shard_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int open_plain(tzr_shard_set *s, const char *path) {
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    ro.verify = s->verify;
+    s->tb.nshards = 1;
+    s->tb.files = calloc(1, sizeof *s->tb.files);
+    s->tb.sizes = calloc(1, sizeof *s->tb.sizes);
+    s->readers = calloc(1, sizeof *s->readers);
+    if (!s->tb.files || !s->tb.sizes || !s->readers) return tzr_fail(TZR_ENOMEM, "out of memory");
+    int rc = tzr_reader_open(&s->readers[0], path, &ro);
+    if (rc) return rc;
+    tzr_reader *r = s->readers[0];
+    s->tb.sizes[0] = tzr_reader_source(r)->size;
+    for (size_t i = 0; i < tzr_reader_count(r); i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        shard_entry *e = shard_table_add(&s->tb, t->name, t->name_len, t->dtype_str, t->dtype_len, t->ndim, t->shape,
+                                         TZR_SHARD_REPLICATED);
+        if (!e || shard_entry_add_slice(e, 0, 0, 0)) return TZR_ENOMEM;
+        e->slices[0].local = i;
+    }
+    return 0;
+}
+
+static int check_shard(tzr_shard_set *s, int k, const char *dir) {
+    char path[8300], what[64];
+    snprintf(what, sizeof what, "shard %d of %d", k, s->tb.nshards);
+    if (!s->tb.files[k]) return tzr_fail(TZR_EFORMAT, "%s: %s has no file entry", s->path, what);
+    snprintf(path, sizeof path, "%s%s", dir, s->tb.files[k]);
+    struct stat st;
+    if (stat(path, &st) != 0) return tzr_fail(TZR_EIO, "%s: %s: shard file '%s' is missing", s->path, what, path);
+    if ((uint64_t)st.st_size != s->tb.sizes[k])
+        return tzr_fail(TZR_EFORMAT, "%s: %s: '%s' has %llu bytes but the manifest says %llu", s->path, what, path,
+                        (unsigned long long)st.st_size, (unsigned long long)s->tb.sizes[k]);
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    ro.verify = s->verify;
+    int rc = tzr_reader_open(&s->readers[k], path, &ro);
+    if (rc) return tzr_fail_prefix(rc, "%s: ", what);
+    tzr_reader *r = s->readers[k];
+    for (size_t i = 0; i < s->tb.n; i++) {
+        shard_entry *e = &s->tb.t[i];
+        char nb[TZR_NAMEBUF];
+        for (size_t q = 0; q < e->nslices; q++) {
+            shard_slice *sl = &e->slices[q];
+            if (sl->shard != k) continue;
+            const char *nm = tzr_printable(e->name, e->pub.name_len, nb, sizeof nb);
+            if (tzr_reader_find(r, e->name, e->pub.name_len, &sl->local))
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' is not in %s ('%s')", s->path, nm, what, path);
+            const tzr_tensor_info *t = tzr_reader_tensor(r, sl->local);
+            uint64_t want[TZR_MAX_DIMS];
+            shard_local_shape(e, sl, want);
+            if (t->dtype_len != e->pub.dtype_len || memcmp(t->dtype_str, e->dtype, t->dtype_len))
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' in %s: dtype differs from the manifest", s->path, nm,
+                                what);
+            if (t->ndim != e->pub.ndim || memcmp(t->shape, want, t->ndim * sizeof *want))
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' in %s: local shape differs from the manifest's slice (dim %d, %u dims, first extent %llu vs %llu)",
+                                s->path, nm, what, e->pub.dim, t->ndim, (unsigned long long)(t->ndim ? t->shape[0] : 0),
+                                (unsigned long long)(e->pub.ndim ? want[0] : 0));
+        }
+    }
+    return 0;
+}
+
+int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_options *opt) {
+    *out = NULL;
+    if (!path) return tzr_fail(TZR_EINVAL, "no path");
+    tzr_shard_set *s = calloc(1, sizeof *s);
+    if (!s || !(s->path = strdup(path))) {
+        free(s);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    s->verify = opt ? opt->verify : 1;
+    int rc;
+    if (!ends_with(path, ".json")) {
+        rc = open_plain(s, path);
+    } else {
+        int side;
+        rc = shard_json_read(path, &s->tb, &side);
+        if (!rc && side >= 0)
+            rc = tzr_fail(TZR_EINVAL, "%s is a per-shard sidecar; build the manifest first", path);
+        if (!rc) rc = shard_table_validate(&s->tb, path);
+        if (!rc && !(s->readers = calloc((size_t)s->tb.nshards, sizeof *s->readers)))
+            rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash) slash[1] = 0;
+        else dir[0] = 0;
+        for (int k = 0; k < s->tb.nshards && !rc; k++) rc = check_shard(s, k, dir);
+    }
+    if (rc) {
+        if (rc == TZR_ENOMEM && !*tzr_last_error()) tzr_fail(rc, "out of memory");
+        tzr_shard_close(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void tzr_shard_close(tzr_shard_set *s) {
+    if (!s) return;
+    for (int k = 0; s->readers && k < s->tb.nshards; k++) tzr_reader_free(s->readers[k]);
+    free(s->readers);
+    shard_table_free(&s->tb);
+    free(s->path);
+    free(s);
+}
+
+size_t tzr_shard_count(const tzr_shard_set *s) { return s ? s->tb.n : 0; }
+int tzr_shard_nshards(const tzr_shard_set *s) { return s ? s->tb.nshards : 0; }
+const tzr_shard_tensor *tzr_shard_tensor_at(const tzr_shard_set *s, size_t i) {
+    return s && i < s->tb.n ? &s->tb.t[i].pub : NULL;
+}
+tzr_reader *tzr_shard_reader(const tzr_shard_set *s, int k) {
+    return s && k >= 0 && k < s->tb.nshards ? s->readers[k] : NULL;
+}

@@ -1,0 +1,115 @@
+/* Writing one rank's shard: a plain .tensors file whose tensors are the
+ * local slices under their global names, plus a sidecar JSON describing
+ * the slices for tzr_shard_manifest_build. */
+#include "hash.h"
+#include "shard_internal.h"
+
+#include <string.h>
+#include <sys/stat.h>
+
+struct tzr_shard_writer {
+    tzr_writer *w;
+    shard_table tb;
+    int rank, nranks, no_hash;
+    char path[4096], side[4096];
+};
+
+int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, int rank, int nranks,
+                          const tzr_shard_writer_options *opt) {
+    *out = NULL;
+    tzr_shard_writer *sw = calloc(1, sizeof *sw);
+    if (!sw) return tzr_fail(TZR_ENOMEM, "out of memory");
+    int rc = tzr_shard_file_name(sw->path, sizeof sw->path, prefix, rank, nranks, ".tensors");
+    if (!rc) rc = tzr_shard_file_name(sw->side, sizeof sw->side, prefix, rank, nranks, TZR_SHARD_PART_SUFFIX);
+    if (rc) {
+        free(sw);
+        return rc;
+    }
+    sw->rank = rank;
+    sw->nranks = nranks;
+    sw->no_hash = opt && opt->no_hash;
+    sw->tb.nshards = nranks;
+    sw->tb.files = calloc((size_t)nranks, sizeof *sw->tb.files);
+    sw->tb.sizes = calloc((size_t)nranks, sizeof *sw->tb.sizes);
+    const char *base = strrchr(sw->path, '/');
+    if (!sw->tb.files || !sw->tb.sizes || !(sw->tb.files[rank] = strdup(base ? base + 1 : sw->path))) {
+        shard_table_free(&sw->tb);
+        free(sw);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    if (opt) wo.metadata_size = opt->metadata_size;
+    if ((rc = tzr_writer_open(&sw->w, sw->path, &wo))) {
+        shard_table_free(&sw->tb);
+        free(sw);
+        return rc;
+    }
+    *out = sw;
+    return 0;
+}
+
+int tzr_shard_writer_add(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, const void *data) {
+    if (!sw || !d || !d->name || d->ndim > TZR_MAX_DIMS) return tzr_fail(TZR_EINVAL, "bad shard tensor description");
+    char nb[TZR_NAMEBUF];
+    const char *nm = tzr_printable(d->name, d->name_len, nb, sizeof nb);
+    const char *dstr = d->dtype_str;
+    size_t dlen = d->dtype_len;
+    if (!dstr && !(dstr = tzr_dtype_string(d->dtype, &dlen)))
+        return tzr_fail(TZR_EINVAL, "tensor '%s': no dtype", nm);
+    int dim = d->dim;
+    uint64_t local[TZR_MAX_DIMS];
+    for (uint32_t k = 0; k < d->ndim; k++) local[k] = d->shape[k];
+    if (dim != TZR_SHARD_REPLICATED) {
+        uint64_t end;
+        if (dim < 0 || (uint32_t)dim >= d->ndim)
+            return tzr_fail(TZR_EINVAL, "tensor '%s': split dim %d but %u dims", nm, dim, d->ndim);
+        if (!tzr_add_ok(d->offset, d->length, &end) || end > d->shape[dim])
+            return tzr_fail(TZR_EINVAL, "tensor '%s': slice [%llu, +%llu) passes dim %d of length %llu", nm,
+                            (unsigned long long)d->offset, (unsigned long long)d->length, dim,
+                            (unsigned long long)d->shape[dim]);
+        local[dim] = d->length;
+    }
+    if (shard_table_find(&sw->tb, d->name, d->name_len, &(size_t){0}) == 0)
+        return tzr_fail(TZR_EDUP, "tensor '%s' added twice to shard %d", nm, sw->rank);
+    shard_entry *e = shard_table_add(&sw->tb, d->name, d->name_len, dstr, dlen, d->ndim, d->shape, dim);
+    if (!e) return TZR_ENOMEM;
+    if (!e->pub.itemsize) {
+        sw->tb.n--;
+        free(e->name), free(e->dtype), free(e->shape);
+        return tzr_fail(TZR_EINVAL, "tensor '%s': bad dtype string", nm);
+    }
+    int rc = shard_entry_add_slice(e, sw->rank, dim == TZR_SHARD_REPLICATED ? 0 : d->offset,
+                                   dim == TZR_SHARD_REPLICATED ? 0 : d->length);
+    if (rc) return rc;
+    tzr_tensor_desc td = {d->name, d->name_len, d->name_len && d->name[0] == 0x1E ? TZR_STATE_DICT : TZR_PARAM, 0, dstr, dlen, d->dtype, d->ndim, local, 0};
+    if ((rc = tzr_writer_add(sw->w, &td, data))) return rc;
+    if (d->sha256) {
+        memcpy(e->pub.sha256, d->sha256, 32);
+        e->pub.has_sha256 = 1;
+    } else if (dim == TZR_SHARD_REPLICATED && !sw->no_hash) {
+        tzr_sha256(data, (size_t)e->pub.nbytes, e->pub.sha256);
+        e->pub.has_sha256 = 1;
+    }
+    return 0;
+}
+
+int tzr_shard_writer_close(tzr_shard_writer *sw) {
+    if (!sw) return tzr_fail(TZR_EINVAL, "no shard writer");
+    int rc = tzr_writer_close(sw->w);
+    struct stat st;
+    if (!rc && stat(sw->path, &st) != 0) rc = tzr_fail(TZR_EIO, "shard %d: cannot stat '%s'", sw->rank, sw->path);
+    if (!rc) {
+        sw->tb.sizes[sw->rank] = (uint64_t)st.st_size;
+        rc = shard_json_write(&sw->tb, sw->rank, sw->side);
+    }
+    shard_table_free(&sw->tb);
+    free(sw);
+    return rc;
+}
+
+void tzr_shard_writer_abort(tzr_shard_writer *sw) {
+    if (!sw) return;
+    tzr_writer_abort(sw->w);
+    shard_table_free(&sw->tb);
+    free(sw);
+}

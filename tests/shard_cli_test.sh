@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Sharded checkpoints through the tools: tensorize --shards, and detensorize
+# taking a manifest wherever it takes a file.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+. tests/util/lib.sh
+TZ=$BUILD/tensorize
+DT=$BUILD/detensorize
+export TZR_NO_PROGRESS=1
+command -v python3 >/dev/null || { echo "python3 missing" >&2; exit 77; }
+
+"$BUILD/tzr-bench" --make-sample "$T/m.safetensors" --size-mib 24 --layers 2
+$TZ -q "$T/m.safetensors" -o "$T/m.tensors"
+$TZ -q "$T/m.safetensors" -o "$T/s.tensors" --shards 3 --split-dim '*embed*=1,*norm*=replicate'
+check shards_written sh -c "ls $T/s-rank-0000[0-2]-of-00003.tensors && test -f $T/s.tzr-index.json && ! ls $T | grep -q -e tzr-joined -e tzr-part"
+check each_shard_is_plain_tensors sh -c "for f in $T/s-rank-*.tensors; do $DT \$f --verify >/dev/null || exit 1; done"
+
+$DT "$T/s.tzr-index.json" --list --json > "$T/s.json"
+$DT "$T/m.tensors" --list --json > "$T/m.json"
+check manifest_list_matches_source python3 - "$T/s.json" "$T/m.json" <<'PY'
+import json, sys
+s, m = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert [(t["name"], t["dtype"], t["shape"]) for t in s] == [(t["name"], t["dtype"], t["shape"]) for t in m]
+split = {t["name"]: t["split_dim"] for t in s}
+assert split["model.embed_tokens.weight"] == 1, split["model.embed_tokens.weight"]
+assert split["model.norm.weight"] is None
+PY
+check manifest_verify $DT "$T/s.tzr-index.json" --verify
+$DT "$T/s.tzr-index.json" -q -o "$T/back.safetensors"
+$TZ -q "$T/back.safetensors" -o "$T/back.tensors"
+check manifest_export_reassembles cmp "$T/back.tensors" "$T/m.tensors"
+
+# A flipped byte in one shard: verify names it and exits 1.
+python3 - "$T/s-rank-00001-of-00003.tensors" <<'PY'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) - 100] ^= 1; open(p, "wb").write(b)
+PY
+$DT "$T/s.tzr-index.json" --verify > "$T/v.out" 2>&1
+check manifest_verify_bad_exit_1 test $? = 1
+check manifest_verify_bad_names_shard grep -q "BAD .*" "$T/v.out"
+rm "$T/s-rank-00002-of-00003.tensors"
+$DT "$T/s.tzr-index.json" --list 2> "$T/e.out"
+check manifest_missing_shard_exit_1 test $? = 1
+check manifest_missing_shard_message grep -q "s-rank-00002-of-00003.tensors" "$T/e.out"
+$TZ -q "$T/m.safetensors" -o "$T/x.tensors" --split-dim '*=0' 2>/dev/null
+check split_dim_without_shards_is_usage test $? = 2
+exit 0

@@ -1,0 +1,407 @@
+/* Sharded checkpoints: split a checkpoint into N shards, reload as M ranks
+ * (8->3, 3->8, 4->1, 8->8, rules on load), the per-rank writer with
+ * explicit slices, a plain file as a one-shard set, and manifests that
+ * disagree with their shards (refused naming the tensor or shard). Every
+ * byte is compared with the generator (tests/mpi/shard_model.h). */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "mpi/shard_model.h"
+#include "tzr_comm.h"
+#include "tzr_shard.h"
+
+static char src_path[256], dir8[256], dir3[256], dir4[256];
+
+static void path_in(char *buf, size_t cap, const char *dir, const char *name) {
+    snprintf(buf, cap, "%s/%s", dir, name);
+}
+
+static tzr_shard_set *open_set(const char *dir) {
+    char m[1024];
+    path_in(m, sizeof m, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    tzr_shard_set *s = NULL;
+    tzr_shard_open_options o = TZR_SHARD_OPEN_OPTIONS_INIT;
+    int rc = tzr_shard_open(&s, m, &o);
+    if (rc) fprintf(stderr, "  open %s: %s\n", m, tzr_last_error());
+    return s;
+}
+
+/* Compare one rank's result with the generator; dims[i] is the target dim
+ * (-1 whole) of tensor i. */
+static void check_result(const tzr_shard_result *res, int rank, int nranks, const int *dims) {
+    CHECK(res->count == SM_COUNT);
+    for (size_t i = 0; i < SM_COUNT && i < res->count; i++) {
+        const tzr_shard_piece *p = &res->pieces[i];
+        int dim = nranks == 1 || SM[i].ndim == 0 ? -1 : dims[i];
+        uint64_t off = 0, len = 0, nb;
+        if (dim >= 0) sm_chunk(SM[i].shape[dim], nranks, rank, &off, &len);
+        uint8_t *want = sm_expected(i, dim, off, len, &nb);
+        CHECK(p->name_len == SM[i].name_len && memcmp(p->name, SM[i].name, p->name_len) == 0);
+        CHECK(p->dim == dim && p->offset == off && p->length == len && p->nbytes == nb);
+        if (p->nbytes == nb && memcmp(p->data, want, nb) != 0) {
+            uint64_t k = 0;
+            while (((uint8_t *)p->data)[k] == want[k]) k++;
+            fprintf(stderr, "  rank %d/%d tensor %s: byte %llu differs (element %llu)\n", rank, nranks, SM[i].name,
+                    (unsigned long long)k, (unsigned long long)(k / tzr_dtype_size(SM[i].dtype)));
+            check_case_failed = 1;
+        }
+        free(want);
+    }
+}
+
+static int default_dims[SM_COUNT];
+
+static void load_all(const char *dir, int nranks, const char *rules, const int *dims) {
+    tzr_shard_set *s = open_set(dir);
+    if (!s) {
+        check_case_failed = 1;
+        return;
+    }
+    for (int r = 0; r < nranks; r++) {
+        tzr_shard_result *res = NULL;
+        CHECK_OK(tzr_shard_load_rank(s, r, nranks, rules, &res));
+        if (res) check_result(res, r, nranks, dims);
+        tzr_shard_result_free(res);
+    }
+    tzr_shard_close(s);
+}
+
+static void split_layout(void) {
+    char m[1024], side[1024], prefix[1024];
+    path_in(m, sizeof m, dir8, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    path_in(prefix, sizeof prefix, dir8, "model");
+    CHECK(access(m, F_OK) == 0);
+    for (int k = 0; k < 8; k++) {
+        char path[1024];
+        CHECK_OK(tzr_shard_file_name(side, sizeof side, prefix, k, 8, TZR_SHARD_PART_SUFFIX));
+        CHECK(access(side, F_OK) != 0); /* sidecars merged and removed */
+        CHECK_OK(tzr_shard_file_name(path, sizeof path, prefix, k, 8, ".tensors"));
+        tzr_reader *r = NULL;
+        tzr_reader_options o = TZR_READER_OPTIONS_INIT;
+        o.verify = 1;
+        CHECK_OK(tzr_reader_open(&r, path, &o)); /* a plain .tensors file */
+        if (!r) continue;
+        CHECK(tzr_reader_count(r) == SM_COUNT);
+        for (size_t i = 0; i < SM_COUNT; i++) {
+            size_t idx;
+            CHECK_OK(tzr_reader_find(r, SM[i].name, SM[i].name_len, &idx));
+            const tzr_tensor_info *t = tzr_reader_tensor(r, idx);
+            uint64_t off = 0, len = 0, nb;
+            if (SM[i].dim >= 0) sm_chunk(SM[i].shape[SM[i].dim], 8, k, &off, &len);
+            for (uint32_t d = 0; d < SM[i].ndim; d++)
+                CHECK(t->shape[d] == ((int)d == SM[i].dim ? len : SM[i].shape[d]));
+            uint8_t *want = sm_expected(i, SM[i].dim, off, len, &nb), *got = malloc(nb ? nb : 1);
+            CHECK(t->nbytes == nb);
+            CHECK_OK(tzr_reader_read(r, idx, got, nb));
+            CHECK(memcmp(got, want, nb) == 0);
+            free(want);
+            free(got);
+        }
+        tzr_reader_free(r);
+    }
+    tzr_shard_set *s = open_set(dir8);
+    if (!s) return check_skip("cannot open the set");
+    CHECK(tzr_shard_nshards(s) == 8 && tzr_shard_count(s) == SM_COUNT);
+    for (size_t i = 0; i < SM_COUNT; i++) {
+        const tzr_shard_tensor *t = tzr_shard_tensor_at(s, i);
+        CHECK(t->dim == SM[i].dim && t->ndim == SM[i].ndim && t->dtype == SM[i].dtype && t->has_sha256);
+    }
+    tzr_shard_close(s);
+}
+
+static void reload_8_to_3(void) { load_all(dir8, 3, NULL, default_dims); }
+static void reload_8_to_8(void) { load_all(dir8, 8, NULL, default_dims); }
+static void reload_3_to_8(void) { load_all(dir3, 8, NULL, default_dims); }
+static void reload_4_to_1(void) { load_all(dir4, 1, NULL, default_dims); }
+static void reload_8_to_5(void) { load_all(dir8, 5, NULL, default_dims); }
+
+static void rules_on_load(void) {
+    int whole[SM_COUNT], dims[SM_COUNT];
+    for (size_t i = 0; i < SM_COUNT; i++) whole[i] = -1, dims[i] = default_dims[i];
+    load_all(dir8, 2, "*=replicate", whole);
+    /* Reshard onto other dims: big.weight dim 0 -> 1, embed dim 1 -> 0,
+     * the replicated norm -> dim 0, the 3-D tensor dim 1 -> 2. */
+    dims[6] = 1, dims[0] = 0, dims[4] = 0, dims[8] = 2;
+    load_all(dir8, 3, "big.weight=1,*embed*=0,*norm*=0,*\"w\"]=2", dims);
+    tzr_shard_set *s = open_set(dir8);
+    tzr_shard_result *res = NULL;
+    CHECK_RC(tzr_shard_load_rank(s, 0, 2, "oops", &res), TZR_EINVAL);
+    CHECK(strstr(tzr_last_error(), "oops") != NULL);
+    CHECK_RC(tzr_shard_load_rank(s, 2, 2, NULL, &res), TZR_EINVAL);
+    tzr_shard_close(s);
+}
+
+static void plain_file_set(void) {
+    tzr_shard_set *s = NULL;
+    CHECK_OK(tzr_shard_open(&s, src_path, NULL));
+    if (!s) return;
+    CHECK(tzr_shard_nshards(s) == 1 && tzr_shard_count(s) == SM_COUNT);
+    int dims[SM_COUNT];
+    for (size_t i = 0; i < SM_COUNT; i++) dims[i] = -1;
+    dims[6] = 0, dims[1] = 1;
+    for (int r = 0; r < 4; r++) {
+        tzr_shard_result *res = NULL;
+        CHECK_OK(tzr_shard_load_rank(s, r, 4, "big.weight=0,*attn*=1", &res));
+        if (res) check_result(res, r, 4, dims);
+        if (res) CHECK(res->bytes_read < 2048 * 1024 / 4 + 8192); /* big.weight: only its quarter */
+        tzr_shard_result_free(res);
+    }
+    tzr_shard_close(s);
+}
+
+/* The per-rank writer: 2 ranks write explicit slices (dim 1 of the embed,
+ * uneven dim 0 of the bias, a replicated copy, a 0-d tensor). */
+static void writer_api(void) {
+    char dir[256], prefix[1024];
+    path_in(dir, sizeof dir, check_tmpdir(), "w2");
+    mkdir(dir, 0755);
+    path_in(prefix, sizeof prefix, dir, "model");
+    size_t pick[] = {0, 3, 4, 5, 2};
+    int wdim[] = {1, 0, -1, -1, 1};
+    for (int r = 0; r < 2; r++) {
+        tzr_shard_writer *w = NULL;
+        CHECK_OK(tzr_shard_writer_open(&w, prefix, r, 2, NULL));
+        if (!w) return;
+        for (size_t q = 0; q < 5; q++) {
+            size_t i = pick[q];
+            uint64_t off = 0, len = 0, nb;
+            if (wdim[q] >= 0) sm_chunk(SM[i].shape[wdim[q]], 2, r, &off, &len);
+            uint8_t *data = sm_expected(i, wdim[q], off, len, &nb);
+            tzr_shard_tensor_desc d = {SM[i].name, SM[i].name_len, NULL, 0, SM[i].dtype, SM[i].ndim, SM[i].shape,
+                                       wdim[q], off, len, NULL};
+            CHECK_OK(tzr_shard_writer_add(w, &d, data));
+            free(data);
+        }
+        tzr_shard_tensor_desc bad = {SM_S("x"), NULL, 0, TZR_DTYPE_F32, 1, SM[3].shape, 0, 30, 8, NULL};
+        CHECK_RC(tzr_shard_writer_add(w, &bad, "x"), TZR_EINVAL);
+        CHECK_OK(tzr_shard_writer_close(w));
+    }
+    CHECK_OK(tzr_shard_manifest_build(prefix, 2));
+    char m[1100];
+    snprintf(m, sizeof m, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
+    tzr_shard_set *s = NULL;
+    CHECK_OK(tzr_shard_open(&s, m, NULL));
+    if (!s) return;
+    for (int nr = 1; nr <= 3; nr++)
+        for (int r = 0; r < nr; r++) {
+            tzr_shard_result *res = NULL;
+            CHECK_OK(tzr_shard_load_rank(s, r, nr, NULL, &res));
+            if (!res) continue;
+            CHECK(res->count == 5);
+            for (size_t q = 0; q < 5 && q < res->count; q++) {
+                size_t i = pick[q];
+                int dim = nr == 1 ? -1 : wdim[q];
+                uint64_t off = 0, len = 0, nb;
+                if (dim >= 0) sm_chunk(SM[i].shape[dim], nr, r, &off, &len);
+                uint8_t *want = sm_expected(i, dim, off, len, &nb);
+                CHECK(res->pieces[q].nbytes == nb && memcmp(res->pieces[q].data, want, nb) == 0);
+                free(want);
+            }
+            tzr_shard_result_free(res);
+        }
+    tzr_shard_close(s);
+}
+
+/* Sidecars that disagree are refused by the merge. */
+static void build_rejects(void) {
+    char dir[256], prefix[1024];
+    path_in(dir, sizeof dir, check_tmpdir(), "wbad");
+    mkdir(dir, 0755);
+    path_in(prefix, sizeof prefix, dir, "model");
+    uint64_t shape[2] = {4, 2};
+    float data[8] = {0};
+    struct { tzr_dtype dt; uint64_t off, len; } r0[] = {{TZR_DTYPE_F32, 0, 2}, {TZR_DTYPE_F32, 0, 2}, {TZR_DTYPE_F32, 0, 2}},
+        r1[] = {{TZR_DTYPE_F16, 2, 2}, {TZR_DTYPE_F32, 1, 3}, {TZR_DTYPE_F32, 3, 1}};
+    const char *want[] = {"dtype differs", "overlaps", "gap"};
+    for (int c = 0; c < 3; c++) {
+        for (int r = 0; r < 2; r++) {
+            tzr_shard_writer *w = NULL;
+            CHECK_OK(tzr_shard_writer_open(&w, prefix, r, 2, NULL));
+            if (!w) return;
+            tzr_shard_tensor_desc d = {SM_S("t.weight"), NULL, 0, r ? r1[c].dt : r0[c].dt, 2, shape, 0,
+                                       r ? r1[c].off : r0[c].off, r ? r1[c].len : r0[c].len, NULL};
+            CHECK_OK(tzr_shard_writer_add(w, &d, data));
+            CHECK_OK(tzr_shard_writer_close(w));
+        }
+        CHECK_RC(tzr_shard_manifest_build(prefix, 2), TZR_EFORMAT);
+        if (!strstr(tzr_last_error(), want[c]) || !strstr(tzr_last_error(), "t.weight")) {
+            fprintf(stderr, "  case %d: message '%s' lacks '%s'\n", c, tzr_last_error(), want[c]);
+            check_case_failed = 1;
+        }
+    }
+    CHECK_RC(tzr_shard_manifest_build(prefix, 3), TZR_EIO); /* sidecars of 3 shards do not exist */
+}
+
+/* ---- manifests that disagree with their shards ---- */
+static int copy_set(const char *name, char *out, size_t cap) {
+    path_in(out, cap, check_tmpdir(), name);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", out, dir8, out);
+    return system(cmd);
+}
+
+typedef void (*edit_fn)(json_t *root);
+
+static void edit_manifest(const char *dir, edit_fn fn) {
+    char m[1024];
+    path_in(m, sizeof m, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    json_t *root = json_load_file(m, JSON_ALLOW_NUL, NULL);
+    fn(root);
+    json_dump_file(root, m, JSON_INDENT(1));
+    json_decref(root);
+}
+
+static json_t *tensor_json(json_t *root, size_t i) { return json_array_get(json_object_get(root, "tensors"), i); }
+static void edit_shape(json_t *root) { json_array_set_new(json_object_get(tensor_json(root, 1), "shape"), 1, json_integer(13)); }
+static void edit_overlap(json_t *root) {
+    json_t *sl = json_array_get(json_object_get(tensor_json(root, 3), "slices"), 2);
+    json_object_set_new(sl, "offset", json_integer(json_integer_value(json_object_get(sl, "offset")) - 1));
+}
+static void edit_gap(json_t *root) {
+    json_array_remove(json_object_get(tensor_json(root, 6), "slices"), 5);
+}
+static void edit_size(json_t *root) {
+    json_t *sh = json_array_get(json_object_get(root, "shards"), 5);
+    json_object_set_new(sh, "size", json_integer(json_integer_value(json_object_get(sh, "size")) + 1));
+}
+
+static void expect_refused(const char *dir, int code, const char *w1, const char *w2) {
+    char m[1024];
+    path_in(m, sizeof m, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    tzr_shard_set *s = NULL;
+    CHECK_RC(tzr_shard_open(&s, m, NULL), code);
+    CHECK(s == NULL);
+    if (!strstr(tzr_last_error(), w1) || (w2 && !strstr(tzr_last_error(), w2))) {
+        fprintf(stderr, "  message '%s' lacks '%s' / '%s'\n", tzr_last_error(), w1, w2 ? w2 : "");
+        check_case_failed = 1;
+    }
+    tzr_shard_close(s);
+}
+
+static void bad_manifests(void) {
+    char d[256], f[1024];
+    if (copy_set("bad_shape", d, sizeof d)) return check_skip("cp failed");
+    edit_manifest(d, edit_shape);
+    expect_refused(d, TZR_EFORMAT, "layers.0.attn.weight", "local shape differs");
+
+    copy_set("bad_missing", d, sizeof d);
+    path_in(f, sizeof f, d, "model-rank-00003-of-00008.tensors");
+    unlink(f);
+    expect_refused(d, TZR_EIO, "shard 3 of 8", "missing");
+
+    copy_set("bad_size", d, sizeof d);
+    edit_manifest(d, edit_size);
+    expect_refused(d, TZR_EFORMAT, "shard 5 of 8", "manifest says");
+
+    copy_set("bad_grown", d, sizeof d);
+    path_in(f, sizeof f, d, "model-rank-00002-of-00008.tensors");
+    FILE *fp = fopen(f, "ab");
+    fputc(0, fp);
+    fclose(fp);
+    expect_refused(d, TZR_EFORMAT, "shard 2 of 8", "bytes but the manifest says");
+
+    copy_set("bad_overlap", d, sizeof d);
+    edit_manifest(d, edit_overlap);
+    expect_refused(d, TZR_EFORMAT, "layers.0.bias", "overlaps");
+
+    copy_set("bad_gap", d, sizeof d);
+    edit_manifest(d, edit_gap);
+    expect_refused(d, TZR_EFORMAT, "big.weight", "gap");
+
+    copy_set("bad_json", d, sizeof d);
+    path_in(f, sizeof f, d, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    check_write_file(f, "{\"format\": \"tzr-shards\",", 24);
+    expect_refused(d, TZR_EFORMAT, "model.tzr-index.json", NULL);
+}
+
+/* A flipped data byte in a shard: hash mismatch naming the tensor. */
+static void corrupt_shard_data(void) {
+    char d[256], f[1024];
+    if (copy_set("bad_data", d, sizeof d)) return check_skip("cp failed");
+    path_in(f, sizeof f, d, "model-rank-00001-of-00008.tensors");
+    tzr_reader *r = NULL;
+    CHECK_OK(tzr_reader_open(&r, f, NULL));
+    if (!r) return;
+    size_t idx;
+    CHECK_OK(tzr_reader_find(r, SM_S("big.weight"), &idx));
+    uint64_t off = tzr_reader_tensor(r, idx)->data_offset + 1000;
+    tzr_reader_free(r);
+    FILE *fp = fopen(f, "r+b");
+    fseek(fp, (long)off, SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, (long)off, SEEK_SET);
+    fputc(c ^ 0x55, fp);
+    fclose(fp);
+    tzr_shard_set *s = open_set(d);
+    if (!s) return;
+    tzr_shard_result *res = NULL;
+    CHECK_RC(tzr_shard_load_rank(s, 0, 1, NULL, &res), TZR_EHASH);
+    CHECK(strstr(tzr_last_error(), "big.weight") != NULL);
+    CHECK_RC(tzr_shard_load_rank(s, 0, 2, NULL, &res), TZR_EHASH); /* shards 0-3 whole */
+    CHECK_OK(tzr_shard_load_rank(s, 1, 2, NULL, &res));            /* shards 4-7 */
+    tzr_shard_result_free(res);
+    res = NULL;
+    CHECK_RC(tzr_shard_load_rank(s, 0, 8, NULL, &res), TZR_OK); /* only shard 0 */
+    tzr_shard_result_free(res);
+    res = NULL;
+    CHECK_RC(tzr_shard_load_rank(s, 1, 8, NULL, &res), TZR_EHASH); /* shard 1 whole: hash-checked */
+    tzr_shard_close(s);
+}
+
+/* Built without MPI the multi-rank API says so instead of failing oddly. */
+static void comm_without_mpi(void) {
+#ifdef TZR_HAVE_MPI
+    check_skip("built with MPI (tests/mpi_test.sh covers it)");
+#else
+    tzr_comm *c = (tzr_comm *)1;
+    CHECK_RC(tzr_comm_open(&c, NULL), TZR_ENOTSUP);
+    CHECK(c == NULL && strstr(tzr_last_error(), "without MPI") != NULL);
+    tzr_shard_result *res = (tzr_shard_result *)1;
+    CHECK_RC(tzr_comm_load(NULL, src_path, NULL, &res, NULL), TZR_ENOTSUP);
+    CHECK(res == NULL);
+    CHECK_RC(tzr_comm_load_device(NULL, src_path, NULL, 0, &res), TZR_ENOTSUP);
+#endif
+}
+
+int main(void) {
+    snprintf(src_path, sizeof src_path, "%s/src.tensors", check_tmpdir());
+    path_in(dir8, sizeof dir8, check_tmpdir(), "s8");
+    path_in(dir3, sizeof dir3, check_tmpdir(), "s3");
+    path_in(dir4, sizeof dir4, check_tmpdir(), "s4");
+    for (size_t i = 0; i < SM_COUNT; i++) default_dims[i] = SM[i].dim;
+    int rc = sm_write(src_path);
+    tzr_reader *r = NULL;
+    if (!rc) rc = tzr_reader_open(&r, src_path, NULL);
+    const char *dirs[] = {dir8, dir3, dir4};
+    int ns[] = {8, 3, 4};
+    for (int k = 0; k < 3 && !rc; k++) {
+        char prefix[1024];
+        mkdir(dirs[k], 0755);
+        path_in(prefix, sizeof prefix, dirs[k], "model");
+        /* 8 shards: big.weight by the default rule; 3 and 4 by a rule (uneven for 3) */
+        rc = tzr_shard_split(r, prefix, ns[k], k ? SM_RULES ",big.weight=0" : SM_RULES, NULL);
+    }
+    tzr_reader_free(r);
+    if (rc) {
+        printf("FAIL setup: %s\n", tzr_last_error());
+        return 1;
+    }
+    RUN(split_layout);
+    RUN(reload_8_to_3);
+    RUN(reload_8_to_8);
+    RUN(reload_3_to_8);
+    RUN(reload_4_to_1);
+    RUN(reload_8_to_5);
+    RUN(rules_on_load);
+    RUN(plain_file_set);
+    RUN(writer_api);
+    RUN(build_rejects);
+    RUN(bad_manifests);
+    RUN(corrupt_shard_data);
+    RUN(comm_without_mpi);
+    return check_done();
+}

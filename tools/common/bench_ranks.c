@@ -1,0 +1,176 @@
+/* Multi-rank load benchmark (see bench_ranks.h). Uses only the public
+ * libtzr API, so it links into every tool without MPI headers. */
+#include "bench_ranks.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "tzr_comm.h"
+
+static uint64_t parse_size(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    switch (*end) {
+    case 'k': case 'K': v *= 1024; break;
+    case 'm': case 'M': v *= 1048576; break;
+    case 'g': case 'G': v *= 1073741824; break;
+    default: break;
+    }
+    return v > 0 ? (uint64_t)v : 0;
+}
+
+/* Rank 0: f32 tensors [rows, 256], rows a multiple of 24 (splits evenly
+ * over 1, 2, 3, 4, 6, 8 ranks), pseudo-random data. */
+static int generate(const char *path, uint64_t size, int ntensors) {
+    uint64_t row = 256 * 4, rows = size / (uint64_t)ntensors / row / 24 * 24;
+    if (rows == 0) rows = 24;
+    uint64_t nbytes = rows * row;
+    uint64_t *data = malloc(nbytes);
+    if (!data) return tzr_set_error(TZR_ENOMEM, "out of memory");
+    tzr_writer *w;
+    int rc = tzr_writer_open(&w, path, NULL);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int t = 0; t < ntensors && !rc; t++) {
+        for (uint64_t k = 0; k < nbytes / 8; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            data[k] = x;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "layers.%d.weight", t);
+        uint64_t shape[2] = {rows, 256};
+        tzr_tensor_desc d = {name, strlen(name), TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 2, shape, 0};
+        rc = tzr_writer_add(w, &d, data);
+    }
+    free(data);
+    if (rc) {
+        tzr_writer_abort(w);
+        return rc;
+    }
+    return tzr_writer_close(w);
+}
+
+static int prepare(tzr_comm *c, const char *file, const char *prefix, uint64_t size, int ntensors) {
+    int rc = 0;
+    if (tzr_comm_rank(c) == 0) {
+        struct stat st;
+        char man[4200];
+        snprintf(man, sizeof man, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
+        if (stat(file, &st) != 0 || (uint64_t)st.st_size < size / 2 || (uint64_t)st.st_size > size * 2)
+            rc = generate(file, size, ntensors), unlink(man);
+        tzr_reader *r = NULL;
+        if (!rc && stat(man, &st) != 0 && !(rc = tzr_reader_open(&r, file, NULL)))
+            rc = tzr_shard_split(r, prefix, tzr_comm_size(c), NULL, NULL);
+        tzr_reader_free(r);
+    }
+    return tzr_comm_agree(c, rc);
+}
+
+typedef struct row {
+    tzr_comm_mode mode;
+    double seconds, per_rank, total;
+} row;
+
+int bench_ranks_main(int argc, char **argv) {
+    uint64_t size = (uint64_t)512 << 20, chunk = 0;
+    const char *file = "/tmp/tzr-bench-ranks.tensors", *modes = "independent,broadcast,allgather,sharded";
+    int ntensors = 64, reps = 1, json = 0, keep = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--ranks")) continue;
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--keep")) keep = 1;
+        else if (v && !strcmp(a, "--size")) size = parse_size(v), i++;
+        else if (v && !strcmp(a, "--file")) file = v, i++;
+        else if (v && !strcmp(a, "--tensors")) ntensors = atoi(v), i++;
+        else if (v && !strcmp(a, "--chunk")) chunk = parse_size(v), i++;
+        else if (v && !strcmp(a, "--reps")) reps = atoi(v), i++;
+        else if (v && !strcmp(a, "--modes")) modes = v, i++;
+        else {
+            fprintf(stderr, "bench --ranks: unknown option '%s'\n", a);
+            return EXIT_USAGE;
+        }
+    }
+    if (!size || ntensors < 1 || reps < 1) {
+        fprintf(stderr, "bench --ranks: bad --size, --tensors or --reps\n");
+        return EXIT_USAGE;
+    }
+    tzr_comm *c = NULL;
+    int rc = tzr_comm_open(&c, NULL);
+    if (rc) {
+        fprintf(stderr, "bench --ranks: %s\n", tzr_last_error());
+        return EXIT_FAIL;
+    }
+    int me = tzr_comm_rank(c), n = tzr_comm_size(c);
+    char prefix[4096], manifest[4200];
+    snprintf(prefix, sizeof prefix, "%s.n%d", file, n);
+    snprintf(manifest, sizeof manifest, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
+    if ((rc = prepare(c, file, prefix, size, ntensors))) {
+        if (me == 0) fprintf(stderr, "bench --ranks: %s\n", tzr_last_error());
+        tzr_comm_free(c);
+        return EXIT_FAIL;
+    }
+    row rows[TZR_COMM_MODES];
+    int nrows = 0;
+    double indep = 0;
+    char list[256];
+    snprintf(list, sizeof list, "%s", modes);
+    for (char *tok = strtok(list, ","); tok && !rc; tok = strtok(NULL, ",")) {
+        tzr_comm_mode m;
+        if ((rc = tzr_comm_mode_parse(tok, &m))) break;
+        tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
+        o.mode = m;
+        o.chunk_bytes = chunk;
+        double best = 0, bytes = 0;
+        for (int r = 0; r < reps && !rc; r++) {
+            tzr_shard_result *res = NULL;
+            tzr_comm_stats st = {0};
+            tzr_comm_barrier(c);
+            double t0 = cli_now();
+            rc = tzr_comm_load(c, m == TZR_COMM_SHARDED ? manifest : file, &o, &res, &st);
+            double dt = cli_now() - t0;
+            tzr_comm_max(c, &dt);
+            if (!best || dt < best) best = dt, bytes = (double)st.bytes;
+            tzr_shard_result_free(res);
+        }
+        if (rc) break;
+        double total = bytes;
+        tzr_comm_sum(c, &total);
+        double mine = bytes;
+        tzr_comm_max(c, &mine);
+        rows[nrows++] = (row){m, best, mine / best / 1e9, total / best / 1e9};
+        if (m == TZR_COMM_INDEPENDENT) indep = best;
+    }
+    if (rc && me == 0) fprintf(stderr, "bench --ranks: %s\n", tzr_last_error());
+    if (!rc && me == 0) {
+        if (json) printf("[");
+        else {
+            printf("| ranks | mode | seconds | GB/s per rank | GB/s total | speedup vs independent |\n");
+            printf("|---|---|---|---|---|---|\n");
+        }
+        for (int i = 0; i < nrows; i++) {
+            const row *w = &rows[i];
+            char sp[32] = "n/a";
+            if (indep > 0) snprintf(sp, sizeof sp, "%.2f", indep / w->seconds);
+            if (json)
+                printf("%s{\"ranks\":%d,\"mode\":\"%s\",\"seconds\":%.4f,\"gbps_per_rank\":%.3f,\"gbps_total\":%.3f,\"speedup\":%s}",
+                       i ? "," : "", n, tzr_comm_mode_name(w->mode), w->seconds, w->per_rank, w->total,
+                       indep > 0 ? sp : "null");
+            else
+                printf("| %d | %s | %.3f | %.2f | %.2f | %s |\n", n, tzr_comm_mode_name(w->mode), w->seconds,
+                       w->per_rank, w->total, sp);
+        }
+        if (json) printf("]\n");
+        fflush(stdout);
+    }
+    if (!keep && me == 0) {
+        char cmd[9000];
+        snprintf(cmd, sizeof cmd, "rm -f '%s'-rank-*-of-*.tensors '%s'", prefix, manifest);
+        if (system(cmd) != 0) { /* best effort */ }
+    }
+    tzr_comm_free(c);
+    return rc ? EXIT_FAIL : EXIT_OK;
+}
