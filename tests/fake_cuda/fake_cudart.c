@@ -127,6 +127,14 @@ static int check_copy(void *dst, const void *src, size_t n, int *pinned_src) {
 
 int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
     int pinned;
+    if (kind == 2) { /* device to host */
+        pthread_mutex_lock(&alloc_lock);
+        int ok = find(src, n, 0) != NULL;
+        pthread_mutex_unlock(&alloc_lock);
+        if (!ok) return ERR_INVALID_VALUE;
+        memcpy(dst, src, n);
+        return 0;
+    }
     if (kind != 1 || check_copy(dst, src, n, &pinned)) return ERR_INVALID_VALUE;
     memcpy(dst, src, n);
     return 0;

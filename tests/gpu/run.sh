@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# GPU checks, for a machine with an NVIDIA GPU: the CUDA sink against the
+# real runtime (byte-for-byte round trip through device memory) and the
+# device benchmark next to pinned cudaMemcpy measured in the same run.
+# Without a GPU it exits 77 (skipped).
+# Usage: tests/gpu/run.sh [BUILD_DIR]   (binaries from `make`, or carried)
+# TZR_CUDART=path/to/libfakecudart.so runs it against the fake runtime.
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+BUILD=${1:-${BUILD:-build}}
+if [ -z "${TZR_CUDART:-}" ] && [ ! -e /dev/nvidiactl ] && ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "no NVIDIA GPU on this machine" >&2
+    exit 77
+fi
+if [ ! -x "$BUILD/tests/gpu_load" ] || [ "$BUILD/libtzr.a" -nt "$BUILD/tests/gpu_load" ]; then
+    cc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Itests/util tests/gpu/gpu_load.c tests/util/check.c tests/util/gen.c \
+        "$BUILD/libtzr.a" $(pkg-config --libs libsodium libcrypto libdeflate jansson libcurl libzstd 2>/dev/null) \
+        -lpthread -ldl -lm -o "$BUILD/tests/gpu_load" || exit 1
+fi
+nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.width.current,memory.total --format=csv 2>/dev/null
+"$BUILD/tests/gpu_load" "${TMPDIR:-/tmp}"
+rc=$?
+[ "$rc" = 0 ] || exit "$rc"
+echo "--- device benchmark (warm page cache; floor: pinned cudaMemcpy H2D in the same run)"
+"$BUILD/tzr-bench" --size-mib "${GPU_BENCH_MIB:-4096}" --layers 32 --small 0 --repeat 3 --cuda \
+    --cases raw,host,null ${GPU_BENCH_JSON:+--json}
