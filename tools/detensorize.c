@@ -510,10 +510,21 @@ static int shard_main(const opts *o) {
     return status;
 }
 
+static int run(opts *o, int argc, char **argv);
+
 int main(int argc, char **argv) {
     cli_prog = "detensorize";
     opts o = {0};
     o.filters = calloc((size_t)argc + 1, sizeof *o.filters);
+    if (!o.filters) return EXIT_FAIL;
+    int status = run(&o, argc, argv);
+    cli_crypt_clear(&o.crypt);
+    free(o.filters);
+    return status;
+}
+
+/* Everything main does; main frees what o holds on every path. */
+static int run(opts *o, int argc, char **argv) {
     enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION };
     static const struct option longs[] = {
         {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
@@ -527,18 +538,18 @@ int main(int argc, char **argv) {
     int c;
     while ((c = getopt_long(argc, argv, "lVo:f:qh", longs, NULL)) != -1) {
         switch (c) {
-        case 'l': o.list = 1; break;
-        case O_JSON: o.json = 1; break;
-        case O_SHA: o.sha = 1; break;
-        case 'V': o.verify = 1; break;
-        case 'o': o.output = optarg; break;
-        case 'f': o.filters[o.nfilters++] = optarg; break;
-        case O_KEY: if (cli_load_key_file(&o.crypt, optarg)) return EXIT_USAGE; break;
-        case O_PW: if (cli_load_password_file(&o.crypt, optarg)) return EXIT_USAGE; break;
-        case O_THREADS: o.threads = atoi(optarg); break;
-        case O_CHUNK: o.chunk = (size_t)strtoull(optarg, NULL, 10) << 20; break;
-        case O_RING: o.ring = (size_t)strtoull(optarg, NULL, 10) << 20; break;
-        case 'q': o.quiet = 1; break;
+        case 'l': o->list = 1; break;
+        case O_JSON: o->json = 1; break;
+        case O_SHA: o->sha = 1; break;
+        case 'V': o->verify = 1; break;
+        case 'o': o->output = optarg; break;
+        case 'f': o->filters[o->nfilters++] = optarg; break;
+        case O_KEY: if (cli_load_key_file(&o->crypt, optarg)) return EXIT_USAGE; break;
+        case O_PW: if (cli_load_password_file(&o->crypt, optarg)) return EXIT_USAGE; break;
+        case O_THREADS: o->threads = atoi(optarg); break;
+        case O_CHUNK: o->chunk = (size_t)strtoull(optarg, NULL, 10) << 20; break;
+        case O_RING: o->ring = (size_t)strtoull(optarg, NULL, 10) << 20; break;
+        case 'q': o->quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("detensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
         default: fputs(usage, stderr); return EXIT_USAGE;
@@ -548,55 +559,48 @@ int main(int argc, char **argv) {
         cli_error(optind >= argc ? "no input file (see --help)" : "one input file expected (see --help)");
         return EXIT_USAGE;
     }
-    o.file = argv[optind];
-    if (o.list + o.verify + (o.output != NULL) > 1) {
+    o->file = argv[optind];
+    if (o->list + o->verify + (o->output != NULL) > 1) {
         cli_error("choose one of --list, --verify, -o");
         return EXIT_USAGE;
     }
-    if ((o.json || o.sha) && (o.verify || o.output)) {
+    if ((o->json || o->sha) && (o->verify || o->output)) {
         cli_error("--json and --sha256 go with --list");
         return EXIT_USAGE;
     }
-    if (o.crypt.have_key && o.crypt.password) {
+    if (o->crypt.have_key && o->crypt.password) {
         cli_error("give --key-file or --password-file, not both");
         return EXIT_USAGE;
     }
-    if (is_manifest(o.file)) {
-        if (o.crypt.have_key || o.crypt.password) {
+    if (is_manifest(o->file)) {
+        if (o->crypt.have_key || o->crypt.password) {
             cli_error("shard manifests are not encrypted; drop --key-file/--password-file");
             return EXIT_USAGE;
         }
-        int st = shard_main(&o);
-        free(o.filters);
-        return st;
+        return shard_main(o);
     }
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
-    ro.read_headers = !o.verify && !o.output; /* --list shows module indices */
-    cli_crypt_apply(&o.crypt, &ro.crypt);
+    ro.read_headers = !o->verify && !o->output; /* --list shows module indices */
+    cli_crypt_apply(&o->crypt, &ro.crypt);
     tzr_reader *r;
-    int rc = tzr_reader_open(&r, o.file, &ro);
-    if (rc) {
-        cli_crypt_clear(&o.crypt);
-        return cli_lib_error(rc);
-    }
+    int rc = tzr_reader_open(&r, o->file, &ro);
+    if (rc) return cli_lib_error(rc);
     int status;
-    if (o.verify) {
-        status = do_verify(&o, r);
-    } else if (o.output) {
-        status = do_export(&o, r);
+    if (o->verify) {
+        status = do_verify(o, r);
+    } else if (o->output) {
+        status = do_export(o, r);
     } else {
         char (*hex)[65] = NULL;
         status = EXIT_OK;
-        if (o.sha) {
+        if (o->sha) {
             hex = calloc(tzr_reader_count(r) + 1, sizeof *hex);
-            rc = compute_sha(&o, r, hex);
+            rc = compute_sha(o, r, hex);
             if (rc) status = cli_lib_error(rc);
         }
-        if (status == EXIT_OK) status = o.json ? list_json(&o, r, hex) : list_table(&o, r, hex);
+        if (status == EXIT_OK) status = o->json ? list_json(o, r, hex) : list_table(o, r, hex);
         free(hex);
     }
     tzr_reader_free(r);
-    cli_crypt_clear(&o.crypt);
-    free(o.filters);
     return status;
 }

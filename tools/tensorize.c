@@ -104,10 +104,14 @@ static int add_tensors(tzr_writer *w, const char *path, const tzr_crypt_params *
     return rc;
 }
 
+/* Key material, wiped and freed on every exit path. */
+static cli_crypt key_material;
+static void clear_crypt(void) { cli_crypt_clear(&key_material); }
+
 int main(int argc, char **argv) {
     cli_prog = "tensorize";
+    atexit(clear_crypt);
     const char *output = NULL;
-    cli_crypt crypt = {0};
     uint64_t index_bytes = 0;
     int quiet = 0;
     int shards = 0;
@@ -127,8 +131,8 @@ int main(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "o:qh", longs, NULL)) != -1) {
         switch (c) {
         case 'o': output = optarg; break;
-        case O_KEY: if (cli_load_key_file(&crypt, optarg)) return EXIT_USAGE; break;
-        case O_PW: if (cli_load_password_file(&crypt, optarg)) return EXIT_USAGE; break;
+        case O_KEY: if (cli_load_key_file(&key_material, optarg)) return EXIT_USAGE; break;
+        case O_PW: if (cli_load_password_file(&key_material, optarg)) return EXIT_USAGE; break;
         case O_INDEX: index_bytes = strtoull(optarg, NULL, 10); break;
         case O_SHARDS: shards = atoi(optarg); break;
         case O_RULES: rules = optarg; break;
@@ -146,7 +150,7 @@ int main(int argc, char **argv) {
         cli_error("no input files (see --help)");
         return EXIT_USAGE;
     }
-    if (crypt.have_key && crypt.password) {
+    if (key_material.have_key && key_material.password) {
         cli_error("give --key-file or --password-file, not both");
         return EXIT_USAGE;
     }
@@ -154,7 +158,7 @@ int main(int argc, char **argv) {
         cli_error(rules ? "--split-dim goes with --shards" : "--shards takes 1 to %d", TZR_SHARD_MAX);
         return EXIT_USAGE;
     }
-    if (shards && (crypt.have_key || crypt.password)) {
+    if (shards && (key_material.have_key || key_material.password)) {
         cli_error("--shards does not encrypt yet; write the shards, then encrypt each");
         return EXIT_USAGE;
     }
@@ -175,7 +179,7 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
 
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
-    cli_crypt_apply(&crypt, &wo.crypt);
+    cli_crypt_apply(&key_material, &wo.crypt);
     wo.metadata_size = index_bytes;
     progress_state ps = {{0}, 0, quiet};
     uint64_t total = 0;
@@ -189,10 +193,7 @@ int main(int argc, char **argv) {
     double t0 = cli_now();
     tzr_writer *w;
     int rc = tzr_writer_open(&w, output, &wo);
-    if (rc) {
-        cli_crypt_clear(&crypt);
-        return cli_lib_error(rc);
-    }
+    if (rc) return cli_lib_error(rc);
     cli_progress_begin(&ps.bar, "tensorize", total);
     for (int i = optind; i < argc && !rc; i++)
         rc = is_tensors_file(argv[i]) ? add_tensors(w, argv[i], &wo.crypt, &ps) : add_safetensors(w, argv[i], &ps);
@@ -204,11 +205,9 @@ int main(int argc, char **argv) {
         tzr_writer_abort(w);
         cli_error("%s", msg);
         cli_error("nothing was written to %s", output);
-        cli_crypt_clear(&crypt);
         return EXIT_FAIL;
     }
     rc = tzr_writer_close(w);
-    cli_crypt_clear(&crypt);
     if (rc) return cli_lib_error(rc);
     if (shards) {
         tzr_reader *r;
