@@ -41,7 +41,7 @@ TEST_UTIL := $(wildcard tests/util/*.c)
 FUZZ_SRCS := $(wildcard fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRCS:fuzz/%.c=$(BUILD)/fuzz/%_replay)
 
-.PHONY: all deps test demo bench install clean asan ubsan tsan fuzz check-deps
+.PHONY: all deps test demo bench bench-s3 install clean asan ubsan tsan fuzz check-deps
 all: $(BUILD)/.deps $(BUILD)/libtzr.a $(BUILD)/libtzr.so $(TOOL_BINS) $(BUILD)/libtzr.pc
 
 $(BUILD)/.deps: scripts/deps.sh
@@ -88,7 +88,12 @@ $(BUILD)/tests/libfakecudart.so: tests/fake_cuda/fake_cudart.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fvisibility=default -shared $< $(LDFLAGS) -lpthread -o $@
 
-test: all $(TEST_BINS) $(FUZZ_REPLAY) $(BUILD)/tests/libfakecudart.so
+# The GPU check program (tests/gpu/run.sh runs it; make test runs it on the fake).
+$(BUILD)/tests/gpu_load: tests/gpu/gpu_load.c $(TEST_UTIL) $(BUILD)/libtzr.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/util $< $(TEST_UTIL) $(BUILD)/libtzr.a $(LDFLAGS) $(LIBS) -o $@
+
+test: all $(TEST_BINS) $(FUZZ_REPLAY) $(BUILD)/tests/libfakecudart.so $(BUILD)/tests/gpu_load
 	@bash scripts/deps.sh test || true
 	@BUILD=$(BUILD) bash tests/run.sh
 
@@ -111,6 +116,9 @@ demo: all
 
 bench: all
 	@$(BUILD)/tzr-bench $(BENCH_ARGS)
+
+bench-s3: all
+	@bash scripts/bench_s3.sh $(BUILD)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

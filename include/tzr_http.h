@@ -56,6 +56,14 @@ typedef struct tzr_http_options {
  * fetched concurrently straight into the caller's buffer. */
 TZR_API int tzr_source_open_url(tzr_source **out, const char *url, const tzr_http_options *opt);
 
+/* Ranged GETs issued so far by a source from tzr_source_open_url (the
+ * object's HEAD at open not counted), and how many of them were retries. */
+typedef struct tzr_http_stats {
+    uint64_t requests;
+    uint64_t retries;
+} tzr_http_stats;
+TZR_API int tzr_source_http_stats(tzr_source *src, tzr_http_stats *st);
+
 /* Multipart S3 output for s3://bucket/key. part_bytes 0 = 16 MiB (min
  * 5 MiB). Parts are uploaded as they fill; part 1 (bytes [0, part_bytes),
  * which holds the tensorizer prologue and index that the writer rewrites

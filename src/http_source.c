@@ -27,6 +27,7 @@ typedef struct http_src {
     char *etag;      /* NULL when the server sent none */
     char *if_match;  /* "If-Match: <etag>" */
     tzr_http_common *common;
+    _Atomic uint64_t requests, retries; /* for tzr_source_http_stats */
 } http_src;
 
 typedef struct range_task {
@@ -263,6 +264,7 @@ static int http_read_at(tzr_source *s, void *buf, size_t len, uint64_t off) {
             }
             t->active = 1;
             t->attempts++;
+            h->requests++;
             active++;
             if (i == next) next++;
         }
@@ -296,6 +298,7 @@ static int http_read_at(tzr_source *s, void *buf, size_t len, uint64_t off) {
                                   t->errbuf);
                 } else {
                     retries++;
+                    h->retries++;
                     t->next_at = tzr_now_s() + tzr_http_backoff_s(t->attempts);
                 }
             } else {
@@ -325,6 +328,16 @@ static int http_read_at(tzr_source *s, void *buf, size_t len, uint64_t off) {
     curl_multi_cleanup(m);
     free(tasks);
     return rc;
+}
+
+static void http_destroy(tzr_source *s);
+
+int tzr_source_http_stats(tzr_source *src, tzr_http_stats *st) {
+    if (!src || src->destroy != http_destroy) return tzr_fail(TZR_EINVAL, "not an HTTP/S3 source");
+    http_src *h = (http_src *)src;
+    st->requests = h->requests;
+    st->retries = h->retries;
+    return 0;
 }
 
 static void http_destroy(tzr_source *s) {

@@ -12,10 +12,8 @@ if [ -z "${TZR_CUDART:-}" ] && [ ! -e /dev/nvidiactl ] && ! command -v nvidia-sm
     echo "no NVIDIA GPU on this machine" >&2
     exit 77
 fi
-if [ ! -x "$BUILD/tests/gpu_load" ] || [ "$BUILD/libtzr.a" -nt "$BUILD/tests/gpu_load" ]; then
-    cc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Itests/util tests/gpu/gpu_load.c tests/util/check.c tests/util/gen.c \
-        "$BUILD/libtzr.a" $(pkg-config --libs libsodium libcrypto libdeflate jansson libcurl libzstd 2>/dev/null) \
-        -lpthread -ldl -lm -o "$BUILD/tests/gpu_load" || exit 1
+if [ ! -x "$BUILD/tests/gpu_load" ]; then
+    make -s BUILD="$BUILD" "$BUILD/tests/gpu_load" || exit 1
 fi
 nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.width.current,memory.total --format=csv 2>/dev/null
 "$BUILD/tests/gpu_load" "${TMPDIR:-/tmp}"

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# make bench-s3: the S3/HTTP streaming benchmark on loopback. Serves one
+# checkpoint from nginx (a fast origin: Range + keep-alive, no signatures)
+# and from OpenStack Swift with s3api (a real S3 API, CPU-bound Python),
+# measures the baselines on the same object in the same run (parallel
+# ranged curl; one curl stream; `aws s3 cp` for Swift), then sweeps
+# tzr-bench --source over concurrency x range size against the best one.
+# Env: SIZE_MIB (default 512), REPEAT (2), INFLIGHT ("8,16,32"), RANGES ("8,16").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+SIZE_MIB=${SIZE_MIB:-512}
+REPEAT=${REPEAT:-2}
+T=$(mktemp -d /tmp/tzr-bench-s3-XXXXXX)
+cleanup() {
+    [ -f "$T/nginx/nginx.pid" ] && kill "$(cat "$T/nginx/nginx.pid")" 2>/dev/null || true
+    [ -d "$T/swift" ] && timeout 30 bash tests/util/swift.sh stop "$T/swift" >/dev/null 2>&1 || true
+    rm -rf "$T"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+now_ns() { date +%s%N; }
+gbps() { python3 -c "print(f'{$1 / (($3 - $2) / 1e9) / 1e9:.3f}')"; }
+
+echo "== checkpoint: ${SIZE_MIB} MiB, LLM-shaped bf16" >&2
+"$BUILD/tzr-bench" --make-sample "$T/m.safetensors" --size-mib "$SIZE_MIB" --layers 16
+"$BUILD/tensorize" -q "$T/m.safetensors" -o "$T/m.tensors"
+SIZE=$(stat -c %s "$T/m.tensors")
+chmod o+rx "$T" && chmod o+r "$T/m.tensors"   # nginx workers run unprivileged
+
+# ---- nginx ---------------------------------------------------------------
+mkdir -p "$T/nginx/logs"
+NPORT=$(free_port)
+cat > "$T/nginx/nginx.conf" <<NGX
+worker_processes 2;
+pid $T/nginx/nginx.pid;
+error_log $T/nginx/logs/error.log;
+events { worker_connections 256; }
+http {
+    access_log off;
+    sendfile on;
+    keepalive_requests 100000;
+    server { listen 127.0.0.1:$NPORT; root $T; }
+}
+NGX
+nginx -c "$T/nginx/nginx.conf" -p "$T/nginx"
+NURL="http://127.0.0.1:$NPORT/m.tensors"
+
+# ---- Swift s3api -------------------------------------------------------------
+EP=$(timeout 120 bash tests/util/swift.sh start "$T/swift")
+export AWS_ACCESS_KEY_ID=test:tester AWS_SECRET_ACCESS_KEY=testing AWS_DEFAULT_REGION=us-east-1 AWS_ENDPOINT_URL=$EP
+aws s3 mb s3://bench >/dev/null
+"$BUILD/tensorize" -q "$T/m.safetensors" -o s3://bench/m.tensors   # libtzr's multipart upload
+SURL="s3://bench/m.tensors"
+
+# ---- baselines ----------------------------------------------------------------
+# parallel ranged curl: one curl process, P connections kept alive, 8 MiB
+# ranges (curl --parallel); Swift through a presigned URL, as tensorizer
+# itself reads S3.
+par_curl() { # url P
+    local url=$1 p=$2 r=$((8 << 20)) s=0 e
+    : > "$T/curl.cfg"
+    while [ "$s" -lt "$SIZE" ]; do
+        e=$((s + r - 1)); [ "$e" -ge "$SIZE" ] && e=$((SIZE - 1))
+        printf 'url = "%s"\nrange = "%d-%d"\noutput = "/dev/null"\n' "$url" "$s" "$e" >> "$T/curl.cfg"
+        s=$((e + 1))
+    done
+    curl -sf --no-progress-meter --parallel --parallel-max "$p" -K "$T/curl.cfg" 2>/dev/null
+}
+best=0
+row() { printf '| %-8s | %-36s | %7.3f | %6s |\n' "$1" "$2" "$(python3 -c "print(($4-$3)/1e9)")" "$(gbps "$SIZE" "$3" "$4")"; }
+echo
+echo "| origin   | baseline (same object, same run)     | seconds |  GB/s  |"
+echo "|----------|--------------------------------------|---------|--------|"
+declare -A BEST
+for origin in nginx swift; do
+    b=0
+    if [ "$origin" = nginx ]; then url=$NURL; else url=$(aws s3 presign "$SURL"); fi
+    for p in 1 16 32; do
+        t0=$(now_ns); par_curl "$url" "$p"; t1=$(now_ns)
+        row "$origin" "curl, 8 MiB ranges, $p in parallel" "$t0" "$t1"
+        g=$(gbps "$SIZE" "$t0" "$t1"); b=$(python3 -c "print(max($b, $g))")
+    done
+    if [ "$origin" = swift ]; then
+        t0=$(now_ns); aws s3 cp "$SURL" /dev/null --quiet; t1=$(now_ns)
+        row "$origin" "aws s3 cp to /dev/null" "$t0" "$t1"
+        g=$(gbps "$SIZE" "$t0" "$t1"); b=$(python3 -c "print(max($b, $g))")
+    fi
+    BEST[$origin]=$b
+done
+echo
+for origin in nginx swift; do
+    if [ "$origin" = nginx ]; then url=$NURL; else url=$SURL; fi
+    for sink in null host; do
+        echo "== libtzr from $origin"
+        "$BUILD/tzr-bench" --source "$url" --sink "$sink" --repeat "$REPEAT" --inflight "${INFLIGHT:-8,16,32}" \
+            --range-mib "${RANGES:-8,16}" --ring-mib 256 --floor-gbps "${BEST[$origin]}" --floor-name "best baseline"
+        echo
+    done
+done
