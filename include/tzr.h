@@ -137,7 +137,21 @@ typedef struct tzr_tensor_info {
     uint64_t data_length;  /* bytes stored in the file (0 for meta) */
     int meta;              /* meta tensor: no data, loads as zeros */
     int encrypted;         /* data is encrypted (known once header read) */
+    /* Compressed tensors (libtzr extension, see tzr_writer_options). */
+    uint64_t stored_length;       /* = data_length: bytes stored in the file */
+    uint64_t uncompressed_length; /* bytes the stored data expands to: nbytes
+                                     (0 for meta) */
+    int compression;              /* TZR_COMPRESSION_*; -1 in a compressed
+                                     file until the header was read */
+    uint32_t byte_planes;         /* zstd: 1, or 2/4 with the byte-plane split */
+    uint64_t frame_size;          /* zstd: uncompressed bytes per frame */
+    uint64_t frames;              /* zstd: number of frames */
 } tzr_tensor_info;
+
+enum {
+    TZR_COMPRESSION_NONE = 0,
+    TZR_COMPRESSION_ZSTD = 1,
+};
 
 /* ---------------------------------------------------------------- sources */
 /* A positional byte source. read_at must read exactly len bytes at offset
@@ -219,6 +233,7 @@ TZR_API void tzr_reader_free(tzr_reader *r);
 
 TZR_API uint32_t tzr_reader_data_version(const tzr_reader *r);
 TZR_API int tzr_reader_encrypted(const tzr_reader *r); /* file carries crypt info */
+TZR_API int tzr_reader_compressed(const tzr_reader *r); /* file carries compression blocks */
 TZR_API size_t tzr_reader_count(const tzr_reader *r);
 TZR_API const tzr_tensor_info *tzr_reader_tensor(const tzr_reader *r, size_t i);
 TZR_API tzr_source *tzr_reader_source(const tzr_reader *r);
@@ -255,10 +270,22 @@ typedef struct tzr_writer_options {
     size_t struct_size;
     tzr_crypt_params crypt;   /* key or password: encrypt every tensor */
     uint64_t metadata_size;   /* index reservation; 0 = 262144 (tensorizer) */
+    /* Compression (libtzr extension): TZR_COMPRESSION_ZSTD stores each
+     * tensor as independent zstd frames (tensors that do not shrink stay
+     * raw). The file gets feature flag bit 1 and data version 4, so
+     * tensorizer refuses it; hashes still cover the uncompressed bytes. */
+    int compression;          /* TZR_COMPRESSION_NONE (0) or _ZSTD */
+    int compression_level;    /* zstd level; 0 = 3 */
+    uint64_t frame_size;      /* uncompressed bytes per frame; 0 = 4 MiB */
+    int byte_planes;          /* TZR_PLANES_AUTO (0): split 2- and 4-byte
+                                 dtypes into byte planes; TZR_PLANES_OFF */
+    int threads;              /* compression threads; 0 = CPUs (at most 16) */
 } tzr_writer_options;
 
+enum { TZR_PLANES_AUTO = 0, TZR_PLANES_OFF = 1 };
+
 #define TZR_WRITER_OPTIONS_INIT \
-    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0 }
+    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0 }
 
 /* One tensor to write. */
 typedef struct tzr_tensor_desc {

@@ -21,17 +21,28 @@ int tzr_parse_prologue(const uint8_t *buf, size_t len, tzr_file_header *h) {
         return tzr_fail(TZR_EVERSION,
                         "offset 5: data version %u is not supported (this library reads versions 1-4)",
                         h->version);
-    /* Only bit 0 (encrypted) is defined; any other bit is a feature we do not
-     * know, so refuse rather than misread (tensorizer does the same). */
-    int unknown = (h->flags[0] & ~TZR_FLAG_ENCRYPTED) != 0;
+    /* Bit 0 (encrypted) is tensorizer's; bit 1 (compressed) is libtzr's
+     * extension. Any other bit is a feature we do not know, so refuse
+     * rather than misread (tensorizer does the same). */
+    int unknown = (h->flags[0] & ~(TZR_FLAG_ENCRYPTED | TZR_FLAG_COMPRESSED)) != 0;
     for (int i = 1; i < 32; i++) unknown |= h->flags[i] != 0;
     if (unknown)
-        return tzr_fail(TZR_EVERSION, "offset 9: unsupported feature flags (only 'encrypted' is known)");
+        return tzr_fail(TZR_EVERSION,
+                        "offset 9: unsupported feature flags (only 'encrypted' and 'compressed' are known)");
+    /* The flags field only exists from v4 on: a compressed bit in an older
+     * file cannot come from a writer that knew what it meant. */
+    if ((h->flags[0] & TZR_FLAG_COMPRESSED) && h->version < 4)
+        return tzr_fail(TZR_EVERSION, "offset 9: unsupported feature flags: 'compressed' (bit 1) in a data version %u file (needs 4)",
+                        h->version);
     return 0;
 }
 
 int tzr_has_crypt_info(const tzr_file_header *h) {
     return h->version == 3 || (h->version >= 4 && (h->flags[0] & TZR_FLAG_ENCRYPTED));
+}
+
+int tzr_has_comp_info(const tzr_file_header *h) {
+    return h->version >= 4 && (h->flags[0] & TZR_FLAG_COMPRESSED);
 }
 
 void tzr_emit_prologue(uint8_t out[TZR_PROLOGUE_LEN], const tzr_file_header *h) {
@@ -132,7 +143,65 @@ static int parse_crypt_block(const uint8_t *buf, size_t start, size_t end, tzr_c
     return 0;
 }
 
-int tzr_parse_tensor_header(const uint8_t *buf, size_t len, int has_crypt_info, tzr_tensor_header *h) {
+int tzr_check_comp_info(const tzr_comp_info *ci, uint64_t stored) {
+    unsigned long long ulen = (unsigned long long)ci->uncompressed_length;
+    if (ci->codec == TZR_CODEC_NONE) {
+        if (ci->planes != 0 || ci->frame_size != 0 || ci->nframes != 0)
+            return tzr_fail(TZR_EFORMAT, "compression block: uncompressed tensor with planes, frame size or frames");
+        if (ci->uncompressed_length != stored)
+            return tzr_fail(TZR_EFORMAT, "compression block: uncompressed tensor of %llu bytes stores %llu", ulen,
+                            (unsigned long long)stored);
+        return 0;
+    }
+    if (ci->codec != TZR_CODEC_ZSTD)
+        return tzr_fail(TZR_EFORMAT, "compression block: unknown codec %u", ci->codec);
+    if (ci->planes != 1 && ci->planes != 2 && ci->planes != 4)
+        return tzr_fail(TZR_EFORMAT, "compression block: %u byte planes (1, 2 or 4 are defined)", ci->planes);
+    if (ci->frame_size < TZR_MIN_FRAME || ci->frame_size > TZR_MAX_FRAME || ci->frame_size % 64 != 0)
+        return tzr_fail(TZR_EFORMAT, "compression block: frame size %u is not a multiple of 64 in [%u, %u]",
+                        ci->frame_size, TZR_MIN_FRAME, TZR_MAX_FRAME);
+    /* A compressed tensor must shrink: raw readers of data_length == nbytes
+     * tensors can then rely on the bytes being the tensor itself. */
+    if (ci->uncompressed_length == 0 || stored >= ci->uncompressed_length)
+        return tzr_fail(TZR_EFORMAT, "compression block: %llu bytes compressed to %llu do not shrink", ulen,
+                        (unsigned long long)stored);
+    uint64_t want = ci->uncompressed_length / ci->frame_size + (ci->uncompressed_length % ci->frame_size != 0);
+    if (want != ci->nframes)
+        return tzr_fail(TZR_EFORMAT, "compression block: %u frames for %llu bytes in %u-byte frames (want %llu)",
+                        ci->nframes, ulen, ci->frame_size, (unsigned long long)want);
+    uint64_t sum = 0;
+    for (uint64_t k = 0; k < ci->nframes; k++) {
+        uint32_t n = tzr_comp_frame(ci, k);
+        if (n == 0 || n > stored - sum)
+            return tzr_fail(TZR_EFORMAT,
+                            "compression block: frame %llu (%u bytes at stored offset %llu) lies outside the %llu stored bytes",
+                            (unsigned long long)k, n, (unsigned long long)sum, (unsigned long long)stored);
+        sum += n;
+    }
+    if (sum != stored)
+        return tzr_fail(TZR_EFORMAT, "compression block: frames hold %llu bytes, data_length is %llu",
+                        (unsigned long long)sum, (unsigned long long)stored);
+    return 0;
+}
+
+static int parse_comp_block(const uint8_t *buf, size_t start, size_t end, tzr_comp_info *ci) {
+    tzr_cursor c = tzr_cursor_make(buf + start, end - start);
+    ci->present = 1;
+    ci->codec = tzr_get8(&c);
+    ci->planes = tzr_get8(&c);
+    ci->frame_size = tzr_get32(&c);
+    ci->uncompressed_length = tzr_get64(&c);
+    ci->nframes = tzr_get32(&c);
+    if (c.bad) return tzr_fail(TZR_EFORMAT, "compression block of %zu bytes is truncated", end - start);
+    if ((uint64_t)ci->nframes * 4 != tzr_cursor_left(&c))
+        return tzr_fail(TZR_EFORMAT, "compression block: %u frames need %llu bytes of frame table, the block has %zu",
+                        ci->nframes, (unsigned long long)ci->nframes * 4, tzr_cursor_left(&c));
+    ci->frame_sizes = tzr_cursor_take(&c, (size_t)ci->nframes * 4);
+    return 0;
+}
+
+int tzr_parse_tensor_header(const uint8_t *buf, size_t len, int has_crypt_info, int has_comp_info,
+                            tzr_tensor_header *h) {
     memset(h, 0, sizeof *h);
     tzr_cursor c = tzr_cursor_make(buf, len);
     h->header_size = tzr_get64(&c);
@@ -185,6 +254,18 @@ int tzr_parse_tensor_header(const uint8_t *buf, size_t len, int has_crypt_info, 
         int rc = parse_crypt_block(buf, body, h->crypt_end, &h->crypt);
         if (rc) return rc;
     }
+    if (has_comp_info) {
+        h->comp_start = c.pos;
+        uint64_t zlen = tzr_get64(&c);
+        if (c.bad || zlen > tzr_cursor_left(&c))
+            return tzr_fail(TZR_EFORMAT, "compression block of %llu bytes runs past the header",
+                            (unsigned long long)zlen);
+        size_t body = c.pos;
+        tzr_cursor_take(&c, zlen);
+        h->comp_end = c.pos;
+        int rc = parse_comp_block(buf, body, h->comp_end, &h->comp);
+        if (rc) return rc;
+    }
     /* data_length is the last 8 bytes; anything between is ignored (but
      * hashed), as tensorizer does. */
     if (tzr_cursor_left(&c) < 8)
@@ -192,22 +273,31 @@ int tzr_parse_tensor_header(const uint8_t *buf, size_t len, int has_crypt_info, 
     h->data_length = (int64_t)tzr_ld64(buf + len - 8);
     if (h->data_length < 0)
         return tzr_fail(TZR_EFORMAT, "negative data length %lld", (long long)h->data_length);
+    if (h->comp.present) return tzr_check_comp_info(&h->comp, (uint64_t)h->data_length);
     return 0;
 }
 
 size_t tzr_hashable_header(const uint8_t *buf, size_t len, const tzr_tensor_header *h, uint8_t *out) {
-    size_t n = 0;
-    if (h->crypt_end > h->crypt_start) {
-        memcpy(out, buf, h->crypt_start);
-        memcpy(out + h->crypt_start, buf + h->crypt_end, len - h->crypt_end);
-        n = len - (h->crypt_end - h->crypt_start);
-    } else {
-        memcpy(out, buf, len);
-        n = len;
+    /* Copy around the blocks that are cut out: crypt then compression
+     * (both follow the hash section, in that order). */
+    size_t cut[2][2] = {{h->crypt_start, h->crypt_end}, {h->comp_start, h->comp_end}};
+    size_t n = 0, from = 0;
+    for (int k = 0; k < 2; k++) {
+        if (cut[k][1] <= cut[k][0]) continue;
+        memcpy(out + n, buf + from, cut[k][0] - from);
+        n += cut[k][0] - from;
+        from = cut[k][1];
     }
-    /* Hash values precede the crypt block, so their offsets are unchanged. */
+    memcpy(out + n, buf + from, len - from);
+    n += len - from;
+    /* Hash values precede both blocks, so their offsets are unchanged. */
     if (h->has_crc32) memset(out + h->crc32_at, 0, 4);
     if (h->has_sha256) memset(out + h->sha256_at, 0, 32);
+    if (h->comp.present) {
+        /* The header the same tensor has when stored uncompressed. */
+        tzr_st64(out, h->header_size - (h->comp_end - h->comp_start));
+        tzr_st64(out + n - 8, h->comp.uncompressed_length);
+    }
     return n;
 }
 
@@ -221,10 +311,14 @@ static size_t crypt_block_size(const tzr_header_spec *s) {
     return n;
 }
 
+static size_t comp_block_size(const tzr_header_spec *s) {
+    return s->comp_block ? 8 + TZR_COMP_FIXED + 4 * (size_t)s->nframes : 0;
+}
+
 size_t tzr_header_size(const tzr_header_spec *s) {
     size_t hashes = s->encrypted ? 2 + 1 + 34 : 2 + 1 + 6 + 34;
     return 8 + 2 + 1 + 2 + s->name_len + 1 + s->dtype_len + 1 + 4u * s->ndim + hashes +
-           crypt_block_size(s) + 8;
+           crypt_block_size(s) + comp_block_size(s) + 8;
 }
 
 void tzr_emit_tensor_header(uint8_t *out, const tzr_header_spec *s, tzr_header_slots *slots) {
@@ -289,6 +383,18 @@ void tzr_emit_tensor_header(uint8_t *out, const tzr_header_spec *s, tzr_header_s
             slots->macs_at = (size_t)(p + 50 - out);
             p += 50 + TZR_MAC_BYTES * s->num_macs;
         }
+    }
+    if (s->comp_block) {
+        slots->comp_start = (size_t)(p - out);
+        slots->comp_end = slots->comp_start + comp_block_size(s);
+        tzr_st64(p, TZR_COMP_FIXED + 4 * (uint64_t)s->nframes);
+        p[8] = s->codec;
+        p[9] = s->planes;
+        tzr_st32(p + 10, s->frame_size);
+        tzr_st64(p + 14, s->uncompressed_length);
+        tzr_st32(p + 22, s->nframes);
+        p += 8 + TZR_COMP_FIXED;
+        for (uint32_t k = 0; k < s->nframes; k++, p += 4) tzr_st32(p, s->frame_sizes[k]);
     }
     tzr_st64(p, s->data_length);
 }

@@ -13,6 +13,7 @@
 #define TZR_MIN_VERSION 1
 #define TZR_MAX_VERSION 4
 #define TZR_FLAG_ENCRYPTED 1u
+#define TZR_FLAG_COMPRESSED 2u       /* libtzr extension: compression blocks */
 
 #define TZR_HASH_CRC32 0
 #define TZR_HASH_SHA256 1
@@ -39,6 +40,8 @@ TZR_HIDDEN int tzr_parse_prologue(const uint8_t *buf, size_t len, tzr_file_heade
 TZR_HIDDEN void tzr_emit_prologue(uint8_t out[TZR_PROLOGUE_LEN], const tzr_file_header *h);
 /* Whether tensor headers carry a crypt block (v3, or v4+ with the flag). */
 TZR_HIDDEN int tzr_has_crypt_info(const tzr_file_header *h);
+/* Whether tensor headers carry a compression block (v4+ with flag bit 1). */
+TZR_HIDDEN int tzr_has_comp_info(const tzr_file_header *h);
 
 typedef struct tzr_index_entry {
     const uint8_t *name;
@@ -73,6 +76,27 @@ typedef struct tzr_crypt_info {
     uint16_t salt_len;
 } tzr_crypt_info;
 
+/* Compression block (libtzr extension, formats/tensorizer.md section 11). */
+#define TZR_CODEC_NONE 0
+#define TZR_CODEC_ZSTD 1
+#define TZR_COMP_FIXED 18                 /* block bytes after its u64 length, frames aside */
+#define TZR_MIN_FRAME 4096u
+#define TZR_MAX_FRAME ((uint32_t)64 << 20)
+typedef struct tzr_comp_info {
+    int present;
+    uint8_t codec;          /* TZR_CODEC_* */
+    uint8_t planes;         /* zstd: 1 (no split), 2 or 4 byte planes */
+    uint32_t frame_size;    /* zstd: uncompressed bytes per frame */
+    uint64_t uncompressed_length;
+    uint32_t nframes;
+    const uint8_t *frame_sizes; /* nframes little-endian u32 stored sizes */
+} tzr_comp_info;
+
+/* Stored size of frame k (k < nframes). */
+static inline uint32_t tzr_comp_frame(const tzr_comp_info *ci, uint64_t k) {
+    return tzr_ld32(ci->frame_sizes + 4 * k);
+}
+
 typedef struct tzr_tensor_header {
     uint64_t header_size;
     uint16_t module_idx;
@@ -90,14 +114,23 @@ typedef struct tzr_tensor_header {
     size_t sha256_at;
     size_t crypt_start, crypt_end; /* crypt block [start, end) incl. its u64 length */
     tzr_crypt_info crypt;
-    int64_t data_length;    /* the header's last 8 bytes */
+    size_t comp_start, comp_end;   /* compression block [start, end) incl. its u64 length */
+    tzr_comp_info comp;
+    int64_t data_length;    /* the header's last 8 bytes (stored bytes) */
 } tzr_tensor_header;
 
-/* Parse a whole tensor header (len == header_size). */
+/* Parse a whole tensor header (len == header_size). The blocks present
+ * follow from the file header (tzr_has_crypt_info, tzr_has_comp_info). */
 TZR_HIDDEN int tzr_parse_tensor_header(const uint8_t *buf, size_t len, int has_crypt_info,
-                                       tzr_tensor_header *h);
+                                       int has_comp_info, tzr_tensor_header *h);
+/* Checks of a parsed compression block against the header's data_length
+ * (frame table sums, counts, codec rules). Pure; part of the parse. */
+TZR_HIDDEN int tzr_check_comp_info(const tzr_comp_info *ci, uint64_t stored_length);
 /* The bytes tensorizer hashes: the header with every hash value zeroed and
- * the crypt block removed. out must hold len bytes; returns its length. */
+ * the crypt block removed. With a compression block, that block is removed
+ * too and header_size and data_length are replaced by the values of the
+ * same tensor stored uncompressed, so the hashes equal those of an
+ * uncompressed copy. out must hold len bytes; returns its length. */
 TZR_HIDDEN size_t tzr_hashable_header(const uint8_t *buf, size_t len, const tzr_tensor_header *h,
                                       uint8_t *out);
 
@@ -118,12 +151,20 @@ typedef struct tzr_header_spec {
     const uint8_t *salt;    /* 16 bytes */
     const uint8_t *nonce;   /* 24 bytes */
     uint64_t num_macs;
-    uint64_t data_length;
+    uint64_t data_length;   /* stored bytes */
+    /* Compressed files: a compression block after the crypt block. */
+    int comp_block;
+    uint8_t codec, planes;
+    uint32_t frame_size;
+    uint64_t uncompressed_length;
+    uint32_t nframes;
+    const uint32_t *frame_sizes;
 } tzr_header_spec;
 
 typedef struct tzr_header_slots {
     size_t crc32_at, sha256_at, macs_at; /* 0: absent */
     size_t crypt_start, crypt_end;
+    size_t comp_start, comp_end;
 } tzr_header_slots;
 
 TZR_HIDDEN size_t tzr_header_size(const tzr_header_spec *s);

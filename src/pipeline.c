@@ -10,7 +10,22 @@
  * by whoever hashes its predecessor), submit to the sink, fence. A tensor
  * is complete once every unit holding its pieces has passed its fence;
  * completions are reported in index order. The first error wins: it is
- * saved, everything else stops, and it is returned to the caller. */
+ * saved, everything else stops, and it is returned to the caller.
+ *
+ * Compressed tensors (libtzr's zstd extension): a unit is a run of whole
+ * frames (at most S = `chunk` stored bytes; when encrypted, S grows to
+ * 4 crypt chunks where an eighth of the ring allows, and max(2S, frame size) uncompressed bytes), read into
+ * the slot's read area, decrypted (the read is widened to whole crypt
+ * chunks, so neighbouring units both read and decrypt a boundary chunk:
+ * at most cs/S extra), then expanded frame by frame into the slot's output
+ * area, or straight into host destinations. Its one piece carries
+ * uncompressed offsets, so hashing and delivery work as for plain data.
+ * Such slots hold read area + output area + one frame of byte-plane
+ * scratch, about 3-4x the chunk: the ring holds fewer slots, but the ring
+ * budget still bounds the memory. Frame tables come from the headers, so
+ * compressed files read all selected headers before planning, like
+ * encrypted ones. */
+#include "compress.h"
 #include "crypt.h"
 #include "mem.h"
 #include "reader_internal.h"
@@ -48,6 +63,11 @@ typedef struct unit {
     size_t first, count; /* pieces */
     atomic_size_t left;  /* pieces not yet submitted */
     int direct;          /* read straight into the sink's memory */
+    int comp;            /* zstd frames [f0, f1), expanded after the read */
+    int zdirect;         /* expanded straight into the sink's memory */
+    uint64_t f0, f1;
+    uint64_t skip;       /* read bytes before frame f0 (crypt chunk alignment) */
+    uint64_t first_chunk;/* crypt chunk at the start of the read */
 } unit;
 
 typedef struct tstate {
@@ -87,6 +107,8 @@ typedef struct pipeline {
     slot *slots;
     int nslots;
     size_t slot_size;       /* bytes allocated per slot */
+    size_t zout_at;         /* slot offset of the expanded-frames area */
+    size_t zout_max, zscratch_max;
     size_t direct_align;    /* O_DIRECT on: unit data placed congruent to this */
     int direct_was_set;
     pthread_mutex_t slot_lock;
@@ -177,10 +199,10 @@ static void progress(pipeline *p, uint64_t add) {
 }
 
 /* Deliver one piece (decrypted, in unit memory or already in place). */
-static int deliver(pipeline *p, piece *pc, uint8_t *base, int s) {
+static int deliver(pipeline *p, piece *pc, const uint8_t *bytes, int s) {
     unit *un = &p->units[pc->unit];
     int rc = 0;
-    if (!un->direct) rc = p->sink->submit(p->sink, s, pc->tensor, pc->toff, base + pc->uoff, (size_t)pc->len);
+    if (!un->direct && !un->zdirect) rc = p->sink->submit(p->sink, s, pc->tensor, pc->toff, bytes, (size_t)pc->len);
     if (!rc) progress(p, pc->len);
     return rc;
 }
@@ -190,7 +212,7 @@ static int unit_piece_done(pipeline *p, size_t u, int s) {
     int rc = 0;
     pthread_mutex_lock(&p->slot_lock);
     slot *sl = &p->slots[s];
-    if (p->sink->fence && !p->units[u].direct) {
+    if (p->sink->fence && !p->units[u].direct && !p->units[u].zdirect) {
         rc = p->sink->fence(p->sink, s, &sl->fence);
         sl->has_fence = rc == 0;
     }
@@ -205,10 +227,18 @@ static int unit_piece_done(pipeline *p, size_t u, int s) {
  * middle around the page cache straight into the slot. */
 static uint8_t *unit_base(pipeline *p, size_t u) {
     uint8_t *b = p->slots[u % (size_t)p->nslots].buf;
+    if (!b) return NULL; /* a unit read in place has no staging */
     return p->direct_align ? b + p->units[u].off % p->direct_align : b;
 }
 
 static uint8_t *piece_base(pipeline *p, piece *pc) { return unit_base(p, pc->unit); }
+
+/* Where a piece's finished bytes are: the sink's memory or the slot. */
+static uint8_t *piece_bytes(pipeline *p, piece *pc) {
+    unit *un = &p->units[pc->unit];
+    if (un->direct || un->zdirect) return p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len);
+    return (un->comp ? p->slots[pc->unit % (size_t)p->nslots].buf : piece_base(p, pc)) + pc->uoff;
+}
 
 /* Hash pieces of one tensor strictly in order, delivering each after its
  * hash. Called with the piece that may be next; parks it otherwise. */
@@ -226,21 +256,18 @@ static int hash_in_order(pipeline *p, piece *pc) {
     int rc = 0;
     while (pc) {
         int s = (int)(pc->unit % (size_t)p->nslots);
-        uint8_t *base = piece_base(p, pc);
-        const uint8_t *bytes = p->units[pc->unit].direct
-                                   ? p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len)
-                                   : base + pc->uoff;
+        const uint8_t *bytes = piece_bytes(p, pc);
         if (!rc && pc->toff == 0) {
             rc = tzr_reader_hash_begin(p->r, pc->tensor, &t->hs); /* reads the header if needed */
             t->hs_live = rc == 0;
         }
         if (!rc) tzr_hasher_update(&t->hs, bytes, (size_t)pc->len);
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
-        if (!rc && pc->toff + pc->len == info->data_length) {
+        if (!rc && pc->toff + pc->len == info->uncompressed_length) {
             t->hs_live = 0;
             rc = tzr_reader_hash_check(p->r, pc->tensor, &t->hs);
         }
-        if (!rc) rc = deliver(p, pc, base, s);
+        if (!rc) rc = deliver(p, pc, bytes, s);
         if (!rc) rc = unit_piece_done(p, pc->unit, s);
         if (rc) {
             fail_at(p, rc, pc->tensor);
@@ -266,10 +293,13 @@ static int hash_in_order(pipeline *p, piece *pc) {
 }
 
 static int decrypt_piece(pipeline *p, piece *pc, uint8_t *bytes) {
-    if (!tzr_reader_tensor(p->r, pc->tensor)->encrypted) return 0;
+    /* The file-level flag is fixed at open; per-tensor flags are written
+     * when a header is installed, possibly by another thread right now. */
+    if (!tzr_reader_encrypted(p->r)) return 0;
     const tzr_tensor_header *h;
     int rc = tzr_reader_header(p->r, pc->tensor, &h);
     if (rc) return rc;
+    if (!h->crypt.encrypted) return 0;
     uint8_t key[32];
     rc = tzr_reader_tensor_key(p->r, pc->tensor, key);
     if (rc) return rc;
@@ -321,7 +351,37 @@ static int acquire_slot(pipeline *p, size_t u, int s) {
     return 0;
 }
 
-static int run_unit(pipeline *p, size_t u) {
+/* A compressed unit after its read: decrypt the read (whole crypt chunks),
+ * expand its frames into the slot's output area or the sink's memory. */
+static int expand_unit(pipeline *p, size_t u, uint8_t *buf, tzr_zctx **zp) {
+    unit *un = &p->units[u];
+    piece *pc = &p->pieces[un->first];
+    const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
+    const tzr_tensor_header *h;
+    char what[TZR_NAMEBUF + 256];
+    int rc = tzr_reader_header(p->r, pc->tensor, &h);
+    if (!rc && h->crypt.encrypted) {
+        uint8_t key[32];
+        rc = tzr_reader_tensor_key(p->r, pc->tensor, key);
+        if (!rc) rc = tzr_crypt_open(&h->crypt, key, info->data_length, un->first_chunk, buf, (size_t)un->len);
+        memset(key, 0, sizeof key);
+        if (rc && strstr(tzr_last_error(), "tensor '") == NULL)
+            tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what),
+                            (unsigned long long)un->off);
+        if (rc) return rc;
+    }
+    if (!rc && !*zp && !(*zp = tzr_zctx_new())) rc = tzr_fail(TZR_ENOMEM, "out of memory for a zstd context");
+    if (rc) return rc;
+    uint8_t *slotbuf = p->slots[u % (size_t)p->nslots].buf;
+    uint8_t *dst = piece_bytes(p, pc);
+    if (!dst) return tzr_fail(TZR_EINVAL, "sink gave no destination");
+    rc = tzr_zdecompress(*zp, &h->comp, un->f0, un->f1, buf + un->skip, un->len - un->skip, dst,
+                         slotbuf + p->zout_at + p->zout_max, un->off + un->skip);
+    if (rc) tzr_fail_prefix(rc, "%s: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what));
+    return rc;
+}
+
+static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
     int s = (int)(u % (size_t)p->nslots);
     int rc = acquire_slot(p, u, s);
     if (rc) return rc;
@@ -344,6 +404,11 @@ static int run_unit(pipeline *p, size_t u) {
                                        (unsigned long long)un->off, (unsigned long long)un->len),
                        pc->tensor);
     }
+    if (un->comp) {
+        rc = expand_unit(p, u, buf, zp);
+        if (rc) return fail_at(p, rc, p->pieces[un->first].tensor);
+        buf = p->slots[s].buf; /* pieces' uoff is relative to the slot */
+    }
     for (size_t k = 0; k < un->count; k++) {
         if (stopped(p)) return TZR_ECANCELED;
         piece *pc = &p->pieces[un->first + k];
@@ -354,12 +419,12 @@ static int run_unit(pipeline *p, size_t u) {
                                            (size_t)(info->data_offset - info->header_offset));
             if (rc) return fail_at(p, rc, pc->tensor);
         }
-        rc = decrypt_piece(p, pc, bytes);
+        if (!un->comp) rc = decrypt_piece(p, pc, bytes);
         if (rc) return fail_at(p, rc, pc->tensor);
         if (p->verify) {
             rc = hash_in_order(p, pc);
         } else {
-            rc = deliver(p, pc, buf, s);
+            rc = deliver(p, pc, bytes, s);
             if (!rc) rc = unit_piece_done(p, pc->unit, s);
         }
         if (rc) return fail_at(p, rc, pc->tensor);
@@ -369,12 +434,14 @@ static int run_unit(pipeline *p, size_t u) {
 
 static void *worker(void *arg) {
     pipeline *p = arg;
+    tzr_zctx *z = NULL; /* per thread, made on first use */
     for (;;) {
         if (stopped(p)) break;
         size_t u = atomic_fetch_add(&p->next_unit, 1);
         if (u >= p->nunits) break;
-        if (run_unit(p, u)) break;
+        if (run_unit(p, u, &z)) break;
     }
+    tzr_zctx_free(z);
     return NULL;
 }
 
@@ -441,11 +508,66 @@ static int add_unit(pipeline *p, size_t *cap, uint64_t off, uint64_t len, size_t
     un->count = p->npieces - first;
     atomic_init(&un->left, un->count);
     un->direct = 0;
+    un->comp = un->zdirect = 0;
+    un->f0 = un->f1 = un->skip = un->first_chunk = 0;
     return 0;
 }
 
+/* Units of whole frames for a zstd tensor (see the top comment). */
+static int plan_compressed(pipeline *p, size_t i, size_t chunk, size_t ring, size_t *pcap, size_t *ucap) {
+    const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
+    const tzr_tensor_header *h;
+    int rc = tzr_reader_header(p->r, i, &h);
+    if (rc) return rc;
+    const tzr_comp_info *ci = &h->comp;
+    /* Decryption granularity: the crypt chunk, or the whole box. */
+    uint64_t cs = 0;
+    if (t->encrypted) cs = h->crypt.num_macs > 1 ? h->crypt.chunk_size : t->data_length;
+    /* Stored bytes per unit: the chunk; with encryption at least 4 crypt
+     * chunks, since the read is widened to whole chunks and a boundary
+     * chunk is read by both neighbours (overhead <= cs / smax). Expanded
+     * bytes per unit: twice that, or one frame. */
+    uint64_t smax = chunk;
+    if (cs) {
+        uint64_t want = 4 * cs < ring / 8 ? 4 * cs : ring / 8; /* within budget where it can */
+        if (want < cs) want = cs;
+        if (want > smax) smax = want;
+    }
+    uint64_t umax = 2 * smax > ci->frame_size ? 2 * smax : ci->frame_size;
+    uint64_t f = 0, soff = 0;
+    while (f < ci->nframes && !rc) {
+        uint64_t f1 = f + 1, s1 = soff + tzr_comp_frame(ci, f);
+        while (f1 < ci->nframes && s1 + tzr_comp_frame(ci, f1) - soff <= smax &&
+               tzr_zframes_len(ci, f, f1 + 1) <= umax)
+            s1 += tzr_comp_frame(ci, f1++);
+        uint64_t lo = soff, hi = s1;
+        if (cs) {
+            lo = soff / cs * cs;
+            hi = (s1 + cs - 1) / cs * cs;
+            if (hi > t->data_length) hi = t->data_length;
+        }
+        uint64_t ulen = tzr_zframes_len(ci, f, f1);
+        size_t first = p->npieces;
+        rc = add_piece(p, pcap, i, f * ci->frame_size, ulen, 0);
+        if (!rc) rc = add_unit(p, ucap, t->data_offset + lo, hi - lo, first);
+        if (rc) break;
+        unit *un = &p->units[p->nunits - 1];
+        un->comp = 1;
+        un->f0 = f;
+        un->f1 = f1;
+        un->skip = soff - lo;
+        un->first_chunk = cs && h->crypt.num_macs > 1 ? lo / cs : 0;
+        p->ts[i].pieces_total++;
+        if (ulen > p->zout_max) p->zout_max = (size_t)ulen;
+        if (ci->planes > 1 && ci->frame_size > p->zscratch_max) p->zscratch_max = ci->frame_size;
+        f = f1;
+        soff = s1;
+    }
+    return rc;
+}
+
 /* Cut the selected tensors' data into units and pieces. */
-static int plan(pipeline *p, size_t chunk) {
+static int plan(pipeline *p, size_t chunk, size_t ring) {
     size_t pcap = 0, ucap = 0;
     int open_unit = 0;
     uint64_t uoff = 0, uend = 0;
@@ -455,6 +577,12 @@ static int plan(pipeline *p, size_t chunk) {
         if (!p->ts[i].selected) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
         if (t->data_length == 0) continue;
+        if (t->compression == TZR_COMPRESSION_ZSTD) {
+            if (open_unit && (rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst))) break;
+            open_unit = 0;
+            rc = plan_compressed(p, i, chunk, ring, &pcap, &ucap);
+            continue;
+        }
         uint64_t step = chunk;
         if (t->encrypted) {
             const tzr_tensor_header *h;
@@ -604,12 +732,19 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     /* Phase 1: every selected header (parallel for remote sources). */
     /* Plaintext files need no header to plan: each unit read carries its
      * tensors' headers. Encrypted ones need the crypt chunk sizes first. */
-    if (!rc && tzr_reader_encrypted(r)) rc = run_threads(p, nthreads, header_worker);
-    if (!rc) rc = plan(p, chunk);
+    /* Compressed ones need their frame tables. */
+    if (!rc && (tzr_reader_encrypted(r) || tzr_reader_compressed(r))) rc = run_threads(p, nthreads, header_worker);
+    if (!rc) rc = plan(p, chunk, ring);
     if (!rc) {
         if (p->slot_size < chunk) p->slot_size = chunk;
         rc = choose_direct(p, src);
         p->slot_size += p->direct_align;
+        /* Compressed units: expanded frames and plane scratch follow the
+         * read area in the same slot, inside the same budget. */
+        if (p->zout_max) {
+            p->zout_at = p->slot_size;
+            p->slot_size += p->zout_max + p->zscratch_max;
+        }
         /* Encrypted chunks (2 MiB from tensorizer) cannot be split: a
          * smaller budget grows to two of them rather than failing. */
         if (p->slot_size > ring / 2 && p->slot_size <= MAX_FORCED_SLOT) ring = 2 * p->slot_size;
@@ -637,6 +772,11 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     for (size_t u = 0; !rc && u < p->nunits; u++) {
         unit *un = &p->units[u];
         piece *pc = &p->pieces[un->first];
+        if (un->comp) {
+            pc->uoff = p->zout_at;
+            un->zdirect = sink->direct && sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
+            continue;
+        }
         un->direct = un->count == 1 && pc->uoff == 0 && un->len == pc->len && sink->direct &&
                      sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
     }

@@ -1,6 +1,7 @@
 /* Reader: validates the prologue and index up front, reads tensor headers
  * on demand (or all at open), then data with decryption and verification.
  * Positional reads only, so any thread may read any tensor. */
+#include "compress.h"
 #include "crypt.h"
 #include "mem.h"
 #include "names.h"
@@ -32,6 +33,7 @@ struct tzr_reader {
     tzr_source *src;
     tzr_file_header fh;
     int crypt_info;
+    int comp_info;          /* headers carry compression blocks */
     size_t n;
     tensor_slot *t;
     uint64_t *dims;
@@ -126,6 +128,9 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
     t->data_offset = e->data_offset;
     t->data_length = e->data_length;
     t->meta = e->data_length == 0 && t->nbytes > 0;
+    t->stored_length = e->data_length;
+    t->uncompressed_length = t->meta ? 0 : t->nbytes;
+    t->compression = r->comp_info ? -1 : TZR_COMPRESSION_NONE; /* known with the header */
     uint64_t end;
     if (e->header_offset < data_start || e->header_offset < *prev_end)
         BAD(TZR_EFORMAT, "header offset %llu overlaps the index or the previous tensor",
@@ -138,7 +143,9 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
         BAD(TZR_ETRUNC, "data [%llu, +%llu) runs past the end of the file (%llu bytes)",
             (unsigned long long)e->data_offset, (unsigned long long)e->data_length,
             (unsigned long long)r->src->size);
-    if (!t->meta && e->data_length != t->nbytes)
+    /* Compressed files store at most the tensor's bytes (checked exactly
+     * against the header's compression block later). */
+    if (!t->meta && (r->comp_info ? e->data_length > t->nbytes : e->data_length != t->nbytes))
         BAD(TZR_EFORMAT, "data length %llu disagrees with shape and dtype (%llu bytes)",
             (unsigned long long)e->data_length, (unsigned long long)t->nbytes);
     *prev_end = end;
@@ -155,7 +162,7 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
 static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len, tzr_tensor_header *h) {
     const tzr_tensor_info *t = &r->t[i].info;
     char what[TZR_NAMEBUF + 256]; /* filled only on failure: this runs per tensor */
-    int rc = tzr_parse_tensor_header(bytes, len, r->crypt_info, h);
+    int rc = tzr_parse_tensor_header(bytes, len, r->crypt_info, r->comp_info, h);
     if (rc) tzr_reader_what(r, i, what, sizeof what);
     if (rc) return tzr_fail_prefix(rc, "%s: header at offset %llu: ", what, (unsigned long long)t->header_offset);
     const char *field = NULL;
@@ -180,6 +187,16 @@ static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t le
                         tzr_reader_what(r, i, what, sizeof what),
                         (unsigned long long)t->header_offset, (unsigned long long)h->crypt.num_macs,
                         (unsigned long long)t->data_length);
+    const tzr_comp_info *ci = &h->comp;
+    if (ci->present && ci->uncompressed_length != (t->meta ? 0 : t->nbytes))
+        return tzr_fail(TZR_EFORMAT,
+                        "%s: header at offset %llu: uncompressed length %llu disagrees with shape and dtype (%llu bytes)",
+                        tzr_reader_what(r, i, what, sizeof what), (unsigned long long)t->header_offset,
+                        (unsigned long long)ci->uncompressed_length, (unsigned long long)(t->meta ? 0 : t->nbytes));
+    if (ci->present && ci->planes > 1 && ci->planes != t->itemsize)
+        return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu: %u byte planes for %u-byte elements",
+                        tzr_reader_what(r, i, what, sizeof what), (unsigned long long)t->header_offset, ci->planes,
+                        t->itemsize);
     return 0;
 }
 
@@ -200,6 +217,10 @@ int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t *bytes, siz
         s->hdr = h;
         s->info.module_idx = h.module_idx;
         s->info.encrypted = h.crypt.encrypted;
+        s->info.compression = h.comp.codec == TZR_CODEC_ZSTD ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE;
+        s->info.byte_planes = h.comp.codec == TZR_CODEC_ZSTD ? h.comp.planes : 1;
+        s->info.frame_size = h.comp.frame_size;
+        s->info.frames = h.comp.nframes;
         s->hdr_bytes = copy;
     }
     pthread_mutex_unlock(&r->lock);
@@ -228,6 +249,7 @@ int tzr_reader_header(tzr_reader *r, size_t i, const tzr_tensor_header **h) {
  * contiguous, so one read of up to HEADER_SPAN bytes covers the headers
  * (and small data) of many tensors instead of one syscall or request each. */
 #define HEADER_SPAN ((uint64_t)8 << 20)
+#define HEADER_GAP ((uint64_t)1 << 20)
 
 int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigned char *want) {
     uint8_t *buf = NULL;
@@ -244,7 +266,10 @@ int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigne
         }
         uint64_t start = r->t[i].info.header_offset, end = r->t[i].info.data_offset;
         size_t j = i + 1;
-        while (j < to && r->t[j].info.data_offset - start <= HEADER_SPAN && (!want || want[j])) {
+        /* Only across small data: reading a large tensor's data just to
+         * reach the next header costs more than another request. */
+        while (j < to && r->t[j].info.data_offset - start <= HEADER_SPAN && r->t[j - 1].info.data_length <= HEADER_GAP &&
+               (!want || want[j])) {
             end = r->t[j].info.data_offset;
             j++;
         }
@@ -433,6 +458,7 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
         rc = tzr_fail(TZR_EFORMAT, "%s: offset 57: tensor count %llu cannot fit in a %llu-byte index", src->name,
                       (unsigned long long)r->fh.tensor_count, (unsigned long long)r->fh.metadata_len);
     r->crypt_info = tzr_has_crypt_info(&r->fh);
+    r->comp_info = tzr_has_comp_info(&r->fh);
     if (!rc && (r->have_key || r->password) && !r->crypt_info)
         rc = tzr_fail(TZR_ECRYPT, "%s: a key was given but the file is not encrypted", src->name);
     if (!rc) {
@@ -480,6 +506,7 @@ void tzr_reader_free(tzr_reader *r) {
 
 uint32_t tzr_reader_data_version(const tzr_reader *r) { return r->fh.version; }
 int tzr_reader_encrypted(const tzr_reader *r) { return r->crypt_info; }
+int tzr_reader_compressed(const tzr_reader *r) { return r->comp_info; }
 size_t tzr_reader_count(const tzr_reader *r) { return r->n; }
 tzr_source *tzr_reader_source(const tzr_reader *r) { return r->src; }
 
@@ -507,10 +534,21 @@ static int read_tensor(tzr_reader *r, size_t i, void *dst, size_t dst_len, int v
     const tzr_tensor_header *h;
     int rc = tzr_reader_header(r, i, &h);
     if (rc) return rc;
-    uint8_t *buf = dst;
+    /* Compressed data is read into its own buffer, then expanded into dst
+     * (or a buffer of its own when only verifying). */
+    int zstd = h->comp.codec == TZR_CODEC_ZSTD;
+    uint8_t *buf = zstd ? NULL : dst, *out = dst, *scratch = NULL;
     if (!buf && t->data_length) {
         buf = malloc((size_t)t->data_length);
         if (!buf) return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    if (zstd && !out && !(out = malloc((size_t)t->nbytes))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    if (zstd && !rc && h->comp.planes > 1 && !(scratch = malloc(h->comp.frame_size)))
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    if (rc) {
+        free(buf);
+        if (out != dst) free(out);
+        return rc;
     }
     if (t->data_length) rc = r->src->read_at(r->src, buf, (size_t)t->data_length, t->data_offset);
     if (rc) rc = tzr_fail_prefix(rc, "%s: ", tzr_reader_what(r, i, what, sizeof what));
@@ -523,16 +561,25 @@ static int read_tensor(tzr_reader *r, size_t i, void *dst, size_t dst_len, int v
                             (unsigned long long)t->data_offset);
         memset(key, 0, sizeof key);
     }
+    if (!rc && zstd) {
+        tzr_zctx *z = tzr_zctx_new();
+        if (!z) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        else rc = tzr_zdecompress(z, &h->comp, 0, h->comp.nframes, buf, t->data_length, out, scratch, t->data_offset);
+        tzr_zctx_free(z);
+        if (rc) tzr_fail_prefix(rc, "%s: ", tzr_reader_what(r, i, what, sizeof what));
+    }
     if (!rc && verify) {
         tzr_hasher hs;
         rc = tzr_reader_hash_begin(r, i, &hs);
         if (!rc) {
-            tzr_hasher_update(&hs, buf, (size_t)t->data_length);
+            tzr_hasher_update(&hs, zstd ? out : buf, (size_t)t->uncompressed_length);
             rc = tzr_reader_hash_check(r, i, &hs);
         }
     }
     if (!rc && t->meta && dst) memset(dst, 0, (size_t)t->nbytes);
     if (buf != dst) free(buf);
+    if (out != dst) free(out);
+    free(scratch);
     return rc;
 }
 

@@ -1,13 +1,16 @@
 /* Writer: records go out in order right after the index reservation; the
  * prologue and index are written last, once every offset is known, so the
  * output is byte-identical to tensorizer's for the same tensors. */
+#include "compress.h"
 #include "crypt.h"
 #include "hash.h"
 #include "names.h"
 #include "source_path.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_WRITE ((size_t)1 << 30)
 
@@ -24,6 +27,9 @@ struct tzr_writer {
     uint64_t opslimit, memlimit;
     uint8_t salt[TZR_SALT_BYTES];
     uint64_t tensor_size, count;
+    int compress;            /* zstd: every header gets a compression block */
+    int level, planes_mode, threads;
+    uint32_t frame_size;
     char **names;            /* open-addressing set for duplicate checks */
     size_t *name_lens;
     size_t nslots;
@@ -89,11 +95,28 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
     if (!rc && !(w->index = calloc(1, (size_t)w->meta_size))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     w->pos = TZR_PROLOGUE_LEN + w->meta_size;
     w->version = 1;
+    /* Fields added later are read only when the caller's struct has them. */
+    if (opt->struct_size >= offsetof(tzr_writer_options, threads) + sizeof opt->threads &&
+        opt->compression != TZR_COMPRESSION_NONE) {
+        uint64_t fs = opt->frame_size ? opt->frame_size : (uint64_t)4 << 20;
+        if (opt->compression != TZR_COMPRESSION_ZSTD)
+            rc = tzr_fail(TZR_EINVAL, "unknown compression %d", opt->compression);
+        else if (fs < TZR_MIN_FRAME || fs > TZR_MAX_FRAME || fs % 64 != 0)
+            rc = tzr_fail(TZR_EINVAL, "frame size %llu is not a multiple of 64 in [%u, %u]", (unsigned long long)fs,
+                          TZR_MIN_FRAME, TZR_MAX_FRAME);
+        w->compress = 1;
+        w->frame_size = (uint32_t)fs;
+        w->level = opt->compression_level ? opt->compression_level : 3;
+        w->planes_mode = opt->byte_planes;
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        w->threads = opt->threads > 0 ? opt->threads : cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;
+        w->version = 4; /* the flags field, which carries 'compressed', exists from v4 on */
+    }
     const tzr_crypt_params *cp = &opt->crypt;
     if (!rc && (cp->key || cp->password)) {
         rc = tzr_crypt_init();
         w->encrypted = 1;
-        w->version = 3;
+        if (w->version < 3) w->version = 3;
         if (!rc && cp->key) {
             memcpy(w->key, cp->key, 32);
         } else if (!rc) {
@@ -140,7 +163,7 @@ static int put(tzr_writer *w, const void *buf, uint64_t len, uint64_t off) {
  * left untouched), hashing the plaintext first, writing ciphertext at its
  * final place and collecting the MACs into the header. */
 static int write_encrypted(tzr_writer *w, const uint8_t *data, uint64_t len, uint64_t at, const uint8_t nonce[24],
-                           uint8_t *macs, tzr_hasher *hs) {
+                           uint8_t *macs, tzr_hasher *hs /* NULL: hashed elsewhere */) {
     size_t cs = TZR_CRYPT_CHUNK;
     uint8_t *bounce = malloc(cs);
     if (!bounce) return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -148,7 +171,7 @@ static int write_encrypted(tzr_writer *w, const uint8_t *data, uint64_t len, uin
     uint64_t chunk = 0;
     for (uint64_t off = 0; off < len && !rc; off += cs, chunk++) {
         size_t n = len - off < cs ? (size_t)(len - off) : cs;
-        tzr_hasher_update(hs, data + off, n);
+        if (hs) tzr_hasher_update(hs, data + off, n);
         memcpy(bounce, data + off, n);
         rc = tzr_crypt_seal_chunk(nonce, chunk, w->key, bounce, n, macs + chunk * TZR_MAC_BYTES);
         if (!rc) rc = put(w, bounce, n, at + off);
@@ -194,52 +217,65 @@ static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data)
     if (rc == TZR_EDUP) BAD(TZR_EDUP, "duplicate name");
     if (rc) return rc;
 
-    uint64_t data_length = d->meta ? 0 : nbytes;
+    uint64_t data_length = d->meta ? 0 : nbytes; /* uncompressed */
+    /* Compress first: the stored length decides the crypt block's size. */
+    tzr_zdata z;
+    memset(&z, 0, sizeof z);
+    if (w->compress && data_length) {
+        unsigned planes = w->planes_mode == TZR_PLANES_AUTO && (itemsize == 2 || itemsize == 4) ? itemsize : 1;
+        rc = tzr_zcompress(data, data_length, planes, w->frame_size, w->level, w->threads, &z);
+        if (rc) BAD(rc, "%s", tzr_last_error());
+    }
+    const uint8_t *stored = z.codec ? z.stored : data;
+    uint64_t stored_len = z.codec ? z.stored_len : data_length;
     /* Zero-byte tensors in an encrypted file get an empty crypt block, like
      * meta tensors (tensorizer 2.11.1 itself fails on them). */
-    int enc = w->encrypted && data_length > 0;
-    uint64_t num_macs = enc ? tzr_crypt_num_chunks(data_length, TZR_CRYPT_CHUNK) : 0;
+    int enc = w->encrypted && stored_len > 0;
+    uint64_t num_macs = enc ? tzr_crypt_num_chunks(stored_len, TZR_CRYPT_CHUNK) : 0;
     uint8_t nonce[TZR_NONCE_BYTES];
     if (enc) tzr_random_bytes(nonce, sizeof nonce);
     tzr_header_spec spec = {d->module_idx, (uint8_t)d->type, (const uint8_t *)d->name, (uint16_t)d->name_len,
                             (const uint8_t *)dstr, (uint8_t)dlen, (uint8_t)d->ndim, d->shape,
                             w->encrypted, enc, enc && w->with_kdf, w->opslimit, w->memlimit, w->salt, nonce,
-                            num_macs, data_length};
+                            num_macs, stored_len, 0, 0, 0, 0, 0, 0, NULL};
+    spec.comp_block = w->compress;
+    spec.codec = (uint8_t)z.codec;
+    spec.planes = (uint8_t)z.planes;
+    spec.frame_size = z.frame_size;
+    spec.uncompressed_length = data_length;
+    spec.nframes = z.nframes;
+    spec.frame_sizes = z.frame_sizes;
     size_t hsize = tzr_header_size(&spec);
     size_t entry = tzr_index_entry_size(d->name_len, dlen, d->ndim);
-    if (entry > w->meta_size - w->index_used)
+    if (entry > w->meta_size - w->index_used) {
+        tzr_zdata_free(&z);
         BAD(TZR_ELIMIT, "index full: entry %llu needs %zu bytes, %llu of the %llu-byte index are left",
             (unsigned long long)w->count, entry, (unsigned long long)(w->meta_size - w->index_used),
             (unsigned long long)w->meta_size);
+    }
     uint8_t *hdr = malloc(hsize);
     uint8_t *hashable = malloc(hsize);
     if (!hdr || !hashable) {
         free(hdr);
         free(hashable);
+        tzr_zdata_free(&z);
         return tzr_fail(TZR_ENOMEM, "out of memory");
     }
     tzr_header_slots slots;
     tzr_emit_tensor_header(hdr, &spec, &slots);
-    /* Hashes cover the header without its crypt block (values zero), then
-     * the plaintext. */
-    size_t hn = 0;
-    memcpy(hashable, hdr, slots.crypt_start ? slots.crypt_start : hsize);
-    hn = slots.crypt_start ? slots.crypt_start : hsize;
-    if (slots.crypt_start) {
-        memcpy(hashable + hn, hdr + slots.crypt_end, hsize - slots.crypt_end);
-        hn += hsize - slots.crypt_end;
-    }
+    /* Hashes cover the hashable header (format.c: hash values zero, blocks
+     * cut out), then the plaintext, uncompressed. */
+    tzr_tensor_header parsed;
+    rc = tzr_parse_tensor_header(hdr, hsize, w->encrypted, w->compress, &parsed);
+    size_t hn = rc ? 0 : tzr_hashable_header(hdr, hsize, &parsed, hashable);
     tzr_hasher hs;
-    rc = tzr_hasher_init(&hs, !enc, 1);
+    if (!rc) rc = tzr_hasher_init(&hs, !enc, 1);
     if (!rc) {
         tzr_hasher_update(&hs, hashable, hn);
         uint64_t data_at = w->pos + hsize;
-        if (enc) {
-            rc = write_encrypted(w, data, data_length, data_at, nonce, hdr + slots.macs_at, &hs);
-        } else if (data_length) {
-            tzr_hasher_update(&hs, data, (size_t)data_length);
-            rc = put(w, data, data_length, data_at);
-        }
+        if (data_length && (z.codec || !enc)) tzr_hasher_update(&hs, data, (size_t)data_length);
+        if (enc) rc = write_encrypted(w, stored, stored_len, data_at, nonce, hdr + slots.macs_at, z.codec ? NULL : &hs);
+        else if (stored_len) rc = put(w, stored, stored_len, data_at);
         uint32_t crc = 0;
         uint8_t sha[32];
         tzr_hasher_final(&hs, &crc, sha);
@@ -249,17 +285,18 @@ static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data)
     }
     free(hdr);
     free(hashable);
+    tzr_zdata_free(&z);
     if (rc) return rc;
 
     tzr_index_entry e = {(const uint8_t *)d->name, (uint16_t)d->name_len, (uint8_t)d->type, (const uint8_t *)dstr,
-                         (uint8_t)dlen, (uint8_t)d->ndim, NULL, w->pos, w->pos + hsize, data_length};
+                         (uint8_t)dlen, (uint8_t)d->ndim, NULL, w->pos, w->pos + hsize, stored_len};
     uint8_t dims[4 * TZR_MAX_DIMS];
     for (uint32_t i = 0; i < d->ndim; i++) tzr_st32(dims + 4 * i, (uint32_t)d->shape[i]);
     e.dims = dims;
     tzr_emit_index_entry(w->index + w->index_used, &e);
     w->index_used += entry;
-    w->pos += hsize + data_length;
-    w->tensor_size += data_length;
+    w->pos += hsize + stored_len;
+    w->tensor_size += stored_len;
     w->count++;
     /* The lowest data version that covers the content. */
     if (opaque && w->version < 2) w->version = 2;
@@ -296,6 +333,7 @@ int tzr_writer_close(tzr_writer *w) {
     tzr_file_header fh = {0};
     fh.version = w->version;
     if (w->encrypted) fh.flags[0] = TZR_FLAG_ENCRYPTED; /* emitted only from v4 on */
+    if (w->compress) fh.flags[0] |= TZR_FLAG_COMPRESSED;
     fh.tensor_size = w->tensor_size;
     fh.tensor_count = w->count;
     fh.metadata_len = w->meta_size;

@@ -22,7 +22,7 @@ static const char usage[] =
     "      --sha256            with --list: add data_sha256 (SHA-256 of the loaded bytes)\n"
     "  -V, --verify            check every CRC32/SHA-256; one line per bad tensor;\n"
     "                          exit 0 only if all match\n"
-    "  -o, --output OUT        export to OUT (.safetensors)\n"
+    "  -o, --output OUT        export to OUT (.safetensors; .tensors: an uncompressed copy)\n"
     "\n"
     "Options:\n"
     "  -f, --filter GLOB       only tensors whose name matches (repeatable)\n"
@@ -169,16 +169,22 @@ static int list_table(const opts *o, tzr_reader *r, char (*hex)[65]) {
     printf("%s: data version %u, %zu tensors%s, %s%s\n", o->file, tzr_reader_data_version(r), n,
            tzr_reader_encrypted(r) ? ", encrypted" : "", cli_size(total, sz, sizeof sz),
            shown != n ? " selected" : "");
-    printf("%6s  %-40s %-10s %6s %-16s %-20s %12s%s\n", "#", "name", "type", "module", "dtype", "shape", "bytes",
-           hex ? "  sha256" : "");
+    int z = tzr_reader_compressed(r); /* compressed files: stored size and codec too */
+    printf("%6s  %-40s %-10s %6s %-16s %-20s %12s%s%s\n", "#", "name", "type", "module", "dtype", "shape", "bytes",
+           z ? "       stored codec" : "", hex ? "  sha256" : "");
     for (size_t i = 0; i < n; i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;
         char shape[256];
         shape_text(t, shape, sizeof shape);
         const char *dt = t->dtype != TZR_DTYPE_UNKNOWN ? tzr_dtype_name(t->dtype) : t->dtype_str;
-        printf("%6zu  %-40s %-10s %6d %-16s %-20s %12llu%s%s%s\n", i, shown_name(t), type_name(t->type), t->module_idx,
-               dt, shape, (unsigned long long)t->nbytes, t->meta ? " (meta)" : "", hex ? "  " : "", hex ? hex[i] : "");
+        char zcol[40] = "";
+        if (z)
+            snprintf(zcol, sizeof zcol, " %12llu %-5s", (unsigned long long)t->stored_length,
+                     t->compression == TZR_COMPRESSION_ZSTD ? "zstd" : t->compression == 0 ? "none" : "?");
+        printf("%6zu  %-40s %-10s %6d %-16s %-20s %12llu%s%s%s%s\n", i, shown_name(t), type_name(t->type),
+               t->module_idx, dt, shape, (unsigned long long)t->nbytes, zcol, t->meta ? " (meta)" : "", hex ? "  " : "",
+               hex ? hex[i] : "");
     }
     return EXIT_OK;
 }
@@ -199,6 +205,9 @@ static int list_json(const opts *o, tzr_reader *r, char (*hex)[65]) {
         for (uint32_t d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
         json_object_set_new(obj, "shape", shape);
         json_object_set_new(obj, "data_length", json_integer((json_int_t)t->data_length));
+        json_object_set_new(obj, "stored_length", json_integer((json_int_t)t->stored_length));
+        json_object_set_new(obj, "compression", json_string(t->compression == TZR_COMPRESSION_ZSTD ? "zstd"
+                                                            : t->compression == 0 ? "none" : "unknown"));
         json_object_set_new(obj, "meta", json_boolean(t->meta));
         if (hex) json_object_set_new(obj, "data_sha256", json_string(hex[i]));
         json_array_append_new(arr, obj);
@@ -235,7 +244,7 @@ static int do_verify(const opts *o, tzr_reader *r) {
     cli_progress pr;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
-        if (selected(o, tzr_reader_tensor(r, i))) total += tzr_reader_tensor(r, i)->data_length;
+        if (selected(o, tzr_reader_tensor(r, i))) total += tzr_reader_tensor(r, i)->uncompressed_length;
     cli_progress_begin(&pr, "verify", total);
     double t0 = cli_now();
     for (;;) {
@@ -309,7 +318,29 @@ static char *export_name(const tzr_tensor_info *t) {
     return out;
 }
 
+/* -o OUT.tensors: a plain (uncompressed, unencrypted) copy tensorizer reads. */
+static int export_tensors(const opts *o, tzr_reader *r) {
+    tzr_writer *w;
+    int rc = tzr_writer_open(&w, o->output, NULL);
+    for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        if (!selected(o, t)) continue;
+        uint8_t *buf = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+        if (!buf) rc = tzr_set_error(TZR_ENOMEM, "out of memory");
+        if (!rc) rc = tzr_reader_read(r, i, buf, (size_t)t->nbytes); /* also fills module_idx */
+        tzr_tensor_desc d = {t->name, t->name_len, t->type, (uint16_t)t->module_idx, t->dtype_str, t->dtype_len,
+                             t->dtype, t->ndim, t->shape, t->meta};
+        if (!rc) rc = tzr_writer_add(w, &d, buf);
+        free(buf);
+    }
+    if (w && rc) tzr_writer_abort(w);
+    else if (w) rc = tzr_writer_close(w);
+    return rc ? cli_lib_error(rc) : EXIT_OK;
+}
+
 static int do_export(const opts *o, tzr_reader *r) {
+    size_t olen = strlen(o->output);
+    if (olen >= 8 && strcmp(o->output + olen - 8, ".tensors") == 0) return export_tensors(o, r);
     size_t n = tzr_reader_count(r), m = 0;
     tzr_st_tensor *decl = calloc(n + 1, sizeof *decl);
     char **names = calloc(n + 1, sizeof *names);

@@ -23,6 +23,8 @@ static const char usage[] =
     "      --password-file P   encrypt with a key derived from this password\n"
     "                          (Argon2id, tensorizer's defaults)\n"
     "      --index-bytes N     index reservation (default 262144, as tensorizer)\n"
+    "      --compress zstd[:L] zstd frames, byte planes for 2/4-byte dtypes (level L,\n"
+    "                          default 3); libtzr extension: tensorizer refuses such files\n"
     "      --shards N          write N rank shards PREFIX-rank-0000k-of-0000N.tensors and\n"
     "                          the manifest PREFIX.tzr-index.json (PREFIX: OUT less .tensors)\n"
     "      --split-dim RULES   how --shards cuts tensors: \"glob=DIM,glob=replicate,...\"\n"
@@ -116,13 +118,15 @@ int main(int argc, char **argv) {
     int quiet = 0;
     int shards = 0;
     const char *rules = NULL;
-    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES };
+    int zlevel = -1; /* --compress: zstd level (0 = default) */
+    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS };
     static const struct option longs[] = {{"output", required_argument, 0, 'o'},
                                           {"key-file", required_argument, 0, O_KEY},
                                           {"password-file", required_argument, 0, O_PW},
                                           {"index-bytes", required_argument, 0, O_INDEX},
                                           {"shards", required_argument, 0, O_SHARDS},
                                           {"split-dim", required_argument, 0, O_RULES},
+                                          {"compress", required_argument, 0, O_COMPRESS},
                                           {"quiet", no_argument, 0, 'q'},
                                           {"help", no_argument, 0, 'h'},
                                           {"version", no_argument, 0, O_VERSION},
@@ -136,6 +140,13 @@ int main(int argc, char **argv) {
         case O_INDEX: index_bytes = strtoull(optarg, NULL, 10); break;
         case O_SHARDS: shards = atoi(optarg); break;
         case O_RULES: rules = optarg; break;
+        case O_COMPRESS:
+            if (strncmp(optarg, "zstd", 4) != 0 || (optarg[4] && (optarg[4] != ':' || atoi(optarg + 5) < 1))) {
+                cli_error("--compress: expected zstd or zstd:LEVEL, got '%s'", optarg);
+                return EXIT_USAGE;
+            }
+            zlevel = optarg[4] ? atoi(optarg + 5) : 0;
+            break;
         case 'q': quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("tensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
@@ -181,6 +192,10 @@ int main(int argc, char **argv) {
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     cli_crypt_apply(&key_material, &wo.crypt);
     wo.metadata_size = index_bytes;
+    if (zlevel >= 0) {
+        wo.compression = TZR_COMPRESSION_ZSTD;
+        wo.compression_level = zlevel;
+    }
     progress_state ps = {{0}, 0, quiet};
     uint64_t total = 0;
     for (int i = optind; i < argc; i++) {

@@ -14,8 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_compress.h"
 #include "bench_ranks.h"
 #include "cli.h"
+#include "tzr_http.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
 
@@ -40,7 +42,13 @@ static const char usage[] =
     "  --make-sample P   only write an LLM-shaped .safetensors file P and exit\n"
     "  --cases LIST      only these: raw,host,host-verify,null,null-verify,peer\n"
     "  --json            JSON lines instead of the table\n"
+    "  --source URL      load an s3:// or http(s):// checkpoint instead, sweeping\n"
+    "                    --inflight LIST (default 8,16,32) x --range-mib LIST (8,16)\n"
+    "                    into --sink null|host|cuda; --floor-gbps G --floor-name N\n"
+    "                    give the best external download measured in the same run\n"
     "\n"
+    "  --compress [OPTS] zstd extension: size ratio, compression speed, loads\n"
+    "                    local and rate-limited (see tools/common/bench_compress.h)\n"
     "  --ranks [OPTS]    multi-rank load benchmark; run under mpirun (see\n"
     "                    tools/common/bench_ranks.h for its options)\n";
 
@@ -52,6 +60,11 @@ typedef struct cfg {
     int cold, cuda, threads, repeat, keep, json;
     size_t chunk, ring;
     const char *cases;
+    /* --source URL: sweep over concurrency and range size */
+    const char *source, *sweep_inflight, *sweep_range, *sink, *floor_name;
+    double floor_gbps;
+    int inflight;
+    size_t range;
 } cfg;
 
 /* --cases raw,host,host-verify,null,null-verify,peer (default: all). */
@@ -132,11 +145,13 @@ static void fill_bf16(uint8_t *p, uint64_t count, uint64_t seed, int norm) {
     }
 }
 
+static const tzr_writer_options *write_opts; /* --compress: its writer options */
+
 static int write_checkpoints(const cfg *c, const char *tensors_path, const char *st_path) {
     spec_tensor *t;
     size_t n = llm_layout(c->size, c->layers, &t);
     tzr_writer *w = NULL;
-    int rc = tensors_path ? tzr_writer_open(&w, tensors_path, NULL) : 0;
+    int rc = tensors_path ? tzr_writer_open(&w, tensors_path, write_opts) : 0;
     tzr_st_tensor *decl = calloc(n, sizeof *decl);
     for (size_t i = 0; i < n; i++) {
         decl[i].name = t[i].name;
@@ -207,6 +222,7 @@ typedef struct result {
     long maxrss_kib;
     int rc;
     char err[400];
+    uint64_t requests, retries;
 } result;
 
 static void drop_cache(const char *path) {
@@ -293,25 +309,40 @@ static int st_copy(const char *path, uint64_t *bytes) {
     return 0;
 }
 
-static int run_case(const cfg *c, case_kind k, const char *path, uint64_t *bytes) {
+static int run_case(const cfg *c, case_kind k, const char *path, uint64_t *bytes, result *res) {
     if (k == C_RAW) return raw_read(path, c->threads > 0 ? c->threads : 2, bytes);
     if (k == C_ST_COPY) return st_copy(path, bytes);
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     tzr_reader *r;
-    int rc = tzr_reader_open(&r, path, &ro);
+    tzr_source *src = NULL;
+    int rc;
+    if (c->source) {
+        tzr_http_options ho = TZR_HTTP_OPTIONS_INIT;
+        ho.range_bytes = c->range;
+        ho.max_inflight = c->inflight;
+        rc = tzr_source_open_url(&src, path, &ho);
+        if (!rc) rc = tzr_reader_open_source(&r, src, &ro);
+    } else {
+        rc = tzr_reader_open(&r, path, &ro);
+    }
     if (rc) return rc;
     tzr_sink *sink = NULL;
     if (k == C_HOST || k == C_HOST_VERIFY) rc = tzr_sink_host_new(&sink, NULL, NULL);
     else if (k == C_CUDA) rc = tzr_sink_cuda_new(&sink, 0, NULL, NULL);
     else rc = tzr_sink_null_new(&sink);
     tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
-    lo.threads = c->threads;
-    lo.chunk_bytes = c->chunk;
+    lo.threads = c->source ? c->inflight : c->threads;
+    lo.chunk_bytes = c->source ? c->range : c->chunk;
     lo.ring_bytes = c->ring;
     lo.verify = k == C_HOST_VERIFY || k == C_NULL_VERIFY;
     tzr_load_stats st;
     if (!rc) rc = tzr_load(r, sink, &lo, &st);
     if (!rc) *bytes = st.bytes;
+    tzr_http_stats hs;
+    if (src && tzr_source_http_stats(src, &hs) == 0) {
+        res->requests = hs.requests;
+        res->retries = hs.retries;
+    }
     tzr_sink_free(sink);
     tzr_reader_free(r);
     return rc;
@@ -336,7 +367,7 @@ static result measure(const cfg *c, case_kind k, const char *path, int cold) {
                 res.rc = tzr_cuda_h2d_bandwidth(0, 256 << 20, 8, &gbps);
                 res.seconds = gbps > 0 ? (double)res.bytes / (gbps * 1e9) : 0;
             } else {
-                res.rc = run_case(c, k, path, &res.bytes);
+                res.rc = run_case(c, k, path, &res.bytes, &res);
                 res.seconds = cli_now() - t0;
             }
             if (res.rc) snprintf(res.err, sizeof res.err, "%s", tzr_last_error());
@@ -389,16 +420,82 @@ static void header(const cfg *c) {
     printf("|-------------|--------------------------------|----------|---------|--------|-----------|\n");
 }
 
+/* Parse "4,8,16" into up to 16 numbers; returns the count. */
+static int parse_list(const char *s, long *out) {
+    int n = 0;
+    while (s && *s && n < 16) {
+        out[n++] = strtol(s, (char **)&s, 10);
+        if (*s == ',') s++;
+        else break;
+    }
+    return n;
+}
+
+/* --source URL: load from HTTP/S3 over a sweep of concurrency x range
+ * size, reporting requests and retries; the floor (best external download
+ * of the same object, measured by the caller in the same run) comes in
+ * through --floor-gbps/--floor-name. */
+static int bench_source(cfg *c) {
+    long inflights[16], ranges[16];
+    int ni = parse_list(c->sweep_inflight ? c->sweep_inflight : "8,16,32", inflights);
+    int nr = parse_list(c->sweep_range ? c->sweep_range : "8,16", ranges);
+    case_kind k = c->sink && strcmp(c->sink, "host") == 0 ? C_HOST
+                  : c->sink && strcmp(c->sink, "cuda") == 0 ? C_CUDA : C_NULL;
+    if (!c->json) {
+        printf("source: %s, sink %s, floor: %s %.2f GB/s, best of %d\n\n", c->source, case_names[k],
+               c->floor_name ? c->floor_name : "none", c->floor_gbps, c->repeat);
+        printf("| inflight | range MiB | seconds |  GB/s | ratio | requests | retries | peak RSS MiB |\n");
+        printf("|----------|-----------|---------|-------|-------|----------|---------|--------------|\n");
+    }
+    for (int a = 0; a < ni; a++)
+        for (int b = 0; b < nr; b++) {
+            c->inflight = (int)inflights[a];
+            c->range = (size_t)ranges[b] << 20;
+            result r = measure(c, k, c->source, 0);
+            double gbps = r.rc || r.seconds <= 0 ? 0 : (double)r.bytes / r.seconds / 1e9;
+            double ratio = c->floor_gbps > 0 ? gbps / c->floor_gbps : 0;
+            if (c->json)
+                printf("{\"source\":\"%s\",\"sink\":\"%s\",\"inflight\":%d,\"range_mib\":%ld,\"ok\":%s,"
+                       "\"seconds\":%.4f,\"gbps\":%.3f,\"ratio\":%.3f,\"requests\":%llu,\"retries\":%llu,"
+                       "\"peak_rss_mib\":%.1f}\n",
+                       c->source, case_names[k], c->inflight, ranges[b], r.rc ? "false" : "true", r.seconds, gbps,
+                       ratio, (unsigned long long)r.requests, (unsigned long long)r.retries, r.maxrss_kib / 1024.0);
+            else if (r.rc)
+                printf("| %8d | %9ld | %s\n", c->inflight, ranges[b], r.err);
+            else
+                printf("| %8d | %9ld | %7.3f | %5.2f | %5.2f | %8llu | %7llu | %12.0f |\n", c->inflight, ranges[b],
+                       r.seconds, gbps, ratio, (unsigned long long)r.requests, (unsigned long long)r.retries,
+                       r.maxrss_kib / 1024.0);
+            fflush(stdout);
+        }
+    return EXIT_OK;
+}
+
+static int write_for_compress(uint64_t size, int layers, const char *path, const tzr_writer_options *wo) {
+    cfg c = {0};
+    c.size = size;
+    c.layers = layers;
+    write_opts = wo;
+    return write_checkpoints(&c, path, NULL);
+}
+
 int main(int argc, char **argv) {
     cli_prog = "tzr-bench";
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--compress") == 0) return bench_compress_main(argc, argv, write_for_compress);
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--ranks") == 0) {
             for (int k = i; k + 1 < argc; k++) argv[k] = argv[k + 1];
             return bench_ranks_main(argc - 1, argv);
         }
-    cfg c = {(uint64_t)1024 << 20, 16, 100000, "/tmp", NULL, NULL, 0, 0, 0, 3, 0, 0, 0, 0, NULL};
+    cfg c = {0};
+    c.size = (uint64_t)1024 << 20;
+    c.layers = 16;
+    c.small = 100000;
+    c.dir = "/tmp";
+    c.repeat = 3;
     enum { O_SIZE = 256, O_LAYERS, O_SMALL, O_DIR, O_FILE, O_COLD, O_CUDA, O_THREADS, O_CHUNK, O_RING, O_REPEAT,
-           O_KEEP, O_SAMPLE, O_JSON, O_CASES };
+           O_KEEP, O_SAMPLE, O_JSON, O_CASES, O_SOURCE, O_SW_INFLIGHT, O_SW_RANGE, O_SINK, O_FLOOR, O_FLOOR_NAME };
     static const struct option longs[] = {
         {"size-mib", required_argument, 0, O_SIZE}, {"layers", required_argument, 0, O_LAYERS},
         {"small", required_argument, 0, O_SMALL},   {"dir", required_argument, 0, O_DIR},
@@ -408,6 +505,9 @@ int main(int argc, char **argv) {
         {"repeat", required_argument, 0, O_REPEAT}, {"keep", no_argument, 0, O_KEEP},
         {"make-sample", required_argument, 0, O_SAMPLE}, {"json", no_argument, 0, O_JSON},
         {"cases", required_argument, 0, O_CASES},
+        {"source", required_argument, 0, O_SOURCE}, {"inflight", required_argument, 0, O_SW_INFLIGHT},
+        {"range-mib", required_argument, 0, O_SW_RANGE}, {"sink", required_argument, 0, O_SINK},
+        {"floor-gbps", required_argument, 0, O_FLOOR}, {"floor-name", required_argument, 0, O_FLOOR_NAME},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
@@ -427,6 +527,12 @@ int main(int argc, char **argv) {
         case O_SAMPLE: c.sample = optarg; break;
         case O_JSON: c.json = 1; break;
         case O_CASES: c.cases = optarg; break;
+        case O_SOURCE: c.source = optarg; break;
+        case O_SW_INFLIGHT: c.sweep_inflight = optarg; break;
+        case O_SW_RANGE: c.sweep_range = optarg; break;
+        case O_SINK: c.sink = optarg; break;
+        case O_FLOOR: c.floor_gbps = atof(optarg); break;
+        case O_FLOOR_NAME: c.floor_name = optarg; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         default: fputs(usage, stderr); return EXIT_USAGE;
         }
@@ -435,6 +541,7 @@ int main(int argc, char **argv) {
         cli_error("--layers must be >= 1 and --size-mib >= 16");
         return EXIT_USAGE;
     }
+    if (c.source) return bench_source(&c);
     if (c.sample) {
         int rc = write_checkpoints(&c, NULL, c.sample);
         return rc ? cli_lib_error(rc) : EXIT_OK;

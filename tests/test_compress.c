@@ -1,0 +1,665 @@
+/* Compressed tensors (libtzr's zstd extension, formats/tensorizer.md
+ * section 11): round trips of every element size with and without the
+ * byte-plane split, empty/0-d/meta tensors, multi-frame tensors,
+ * incompressible data stored raw, encryption on top, pipeline loads into
+ * every kind of sink, an uncompressed copy identical to a file written
+ * without compression, the feature flag tensorizer refuses, and a table of
+ * corrupt inputs with their exact codes. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "format.h"
+#include "tzr_load.h"
+
+static const uint8_t KEY[32] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12, 13, 14, 15, 16,
+                                17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+
+enum { D_NORMAL, D_RANDOM, D_ZERO };
+
+typedef struct tspec {
+    const char *name;
+    tzr_dtype dtype;
+    uint32_t ndim;
+    uint64_t shape[2];
+    int kind;
+    int meta;
+} tspec;
+
+static uint64_t rng(uint64_t *x) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* Deterministic data: "normal" is bf16-like (narrow high bytes, noisy low
+ * bytes), so it compresses with the split; "random" never compresses. */
+static uint8_t *make_data(const tspec *t, uint64_t *len, size_t seed) {
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < t->ndim; d++) n *= t->shape[d];
+    uint32_t is = tzr_dtype_size(t->dtype);
+    *len = n * is;
+    uint8_t *b = malloc(*len ? *len : 1);
+    uint64_t x = 0x9E3779B97F4A7C15ull + seed * 7919;
+    for (uint64_t e = 0; e < n; e++) {
+        uint64_t r = rng(&x);
+        for (uint32_t k = 0; k < is; k++) {
+            uint8_t v;
+            if (t->kind == D_ZERO) v = 0;
+            else if (t->kind == D_RANDOM) v = (uint8_t)(r >> (8 * (k % 8)));
+            else v = k + 1 == is ? (uint8_t)(0x3c + (r & 3)) : (uint8_t)(r >> (8 * (k % 8)));
+            b[e * is + k] = v;
+        }
+    }
+    return b;
+}
+
+static int write_set(const char *path, const tspec *ts, size_t n, int compress, int planes_mode,
+                     uint64_t frame, const uint8_t *key) {
+    tzr_writer_options o = TZR_WRITER_OPTIONS_INIT;
+    o.crypt.key = key;
+    o.compression = compress ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE;
+    o.frame_size = frame;
+    o.byte_planes = planes_mode;
+    o.threads = 3;
+    tzr_writer *w;
+    int rc = tzr_writer_open(&w, path, &o);
+    if (rc) return rc;
+    for (size_t i = 0; i < n && !rc; i++) {
+        uint64_t len;
+        uint8_t *data = make_data(&ts[i], &len, i);
+        tzr_tensor_desc d = {ts[i].name, strlen(ts[i].name), TZR_PARAM, 0, NULL, 0, ts[i].dtype,
+                             ts[i].ndim, ts[i].shape, ts[i].meta};
+        rc = tzr_writer_add(w, &d, data);
+        free(data);
+    }
+    if (rc) {
+        tzr_writer_abort(w);
+        return rc;
+    }
+    return tzr_writer_close(w);
+}
+
+static tzr_reader *open_r(const char *path, const uint8_t *key, int verify) {
+    tzr_reader_options o = TZR_READER_OPTIONS_INIT;
+    o.crypt.key = key;
+    o.verify = verify;
+    o.read_headers = 1;
+    tzr_reader *r = NULL;
+    int rc = tzr_reader_open(&r, path, &o);
+    if (rc) fprintf(stderr, "  open %s: %s\n", path, tzr_last_error());
+    return r;
+}
+
+/* Every tensor reads back (tzr_reader_read, verified) as its source. */
+static void check_reads(tzr_reader *r, const tspec *ts, size_t n) {
+    CHECK(tzr_reader_count(r) == n);
+    for (size_t i = 0; i < n && i < tzr_reader_count(r); i++) {
+        uint64_t len;
+        uint8_t *want = make_data(&ts[i], &len, i);
+        if (ts[i].meta) memset(want, 0, len);
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        CHECK(t->nbytes == len);
+        CHECK(t->uncompressed_length == (ts[i].meta ? 0 : len));
+        uint8_t *got = malloc(len + 1);
+        CHECK_OK(tzr_reader_read(r, i, got, len));
+        CHECK(memcmp(got, want, len) == 0);
+        CHECK_OK(tzr_reader_verify(r, i));
+        free(got);
+        free(want);
+    }
+}
+
+static char dir_path[512];
+static const char *tmp(const char *name) {
+    static char buf[8][600];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir_path, name);
+    return buf[k];
+}
+
+/* 4096-byte frames: tensors of 22 KiB make several frames each. */
+#define FRAME 4096
+static const tspec DTYPES[] = {
+    {"u8", TZR_DTYPE_U8, 1, {22000, 0}, D_NORMAL, 0},
+    {"bf16", TZR_DTYPE_BF16, 2, {110, 100}, D_NORMAL, 0},
+    {"f16", TZR_DTYPE_F16, 1, {11000, 0}, D_NORMAL, 0},
+    {"f32", TZR_DTYPE_F32, 2, {50, 110}, D_NORMAL, 0},
+    {"f64", TZR_DTYPE_F64, 1, {2750, 0}, D_NORMAL, 0},
+    {"c128", TZR_DTYPE_C128, 1, {1375, 0}, D_NORMAL, 0},
+    {"zeros", TZR_DTYPE_I32, 1, {100000, 0}, D_ZERO, 0},
+    {"noise", TZR_DTYPE_BF16, 1, {30000, 0}, D_RANDOM, 0},
+    {"scalar", TZR_DTYPE_F32, 0, {0, 0}, D_NORMAL, 0},
+    {"empty", TZR_DTYPE_BF16, 2, {0, 7}, D_NORMAL, 0},
+    {"meta", TZR_DTYPE_BF16, 2, {64, 64}, D_NORMAL, 1},
+    {"tiny", TZR_DTYPE_F32, 1, {3, 0}, D_ZERO, 0},
+};
+#define NDT (sizeof DTYPES / sizeof DTYPES[0])
+
+static void roundtrip_dtypes(void) {
+    for (int planes = 0; planes < 2; planes++) {
+        const char *path = tmp(planes ? "rt_noplanes.tensors" : "rt_planes.tensors");
+        CHECK_OK(write_set(path, DTYPES, NDT, 1, planes ? TZR_PLANES_OFF : TZR_PLANES_AUTO, FRAME, NULL));
+        tzr_reader *r = open_r(path, NULL, 1);
+        if (!r) return;
+        CHECK(tzr_reader_compressed(r));
+        CHECK(tzr_reader_data_version(r) == 4);
+        check_reads(r, DTYPES, NDT);
+        for (size_t i = 0; i < NDT; i++) {
+            const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+            int shrinks = DTYPES[i].kind != D_RANDOM && t->nbytes > 64 && !DTYPES[i].meta;
+            CHECK(t->compression == (shrinks ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE));
+            CHECK(t->stored_length == t->data_length);
+            if (shrinks) {
+                CHECK(t->data_length < t->nbytes);
+                CHECK(t->frame_size == FRAME && t->frames == (t->nbytes + FRAME - 1) / FRAME);
+                uint32_t want_planes = !planes && (t->itemsize == 2 || t->itemsize == 4) ? t->itemsize : 1;
+                CHECK(t->byte_planes == want_planes);
+            } else {
+                CHECK(t->data_length == (DTYPES[i].meta ? 0 : t->nbytes));
+            }
+        }
+        tzr_reader_free(r);
+    }
+}
+
+/* The flags field: bit 1 (value 2) set, so tensorizer 2.11.1 (which refuses
+ * any flags value above 1) refuses the file; bit 0 joins it when encrypted. */
+static void feature_flags(void) {
+    for (int enc = 0; enc < 2; enc++) {
+        const char *path = tmp("flags.tensors");
+        CHECK_OK(write_set(path, DTYPES, 3, 1, 0, FRAME, enc ? KEY : NULL));
+        size_t n;
+        uint8_t *b = check_read_file(path, &n);
+        CHECK(b && n > 73);
+        CHECK(tzr_ld32(b + 5) == 4);
+        CHECK(b[9] == (enc ? 3 : 2));
+        int rest = 0;
+        for (int k = 10; k < 41; k++) rest |= b[k];
+        CHECK(rest == 0);
+        free(b);
+    }
+}
+
+/* Uncompressed copy: read every tensor of the compressed file and write
+ * them plainly; the result equals the file written without compression. */
+static void uncompressed_copy_identical(void) {
+    const char *plain = tmp("plain.tensors"), *comp = tmp("comp.tensors"), *copy = tmp("copy.tensors");
+    CHECK_OK(write_set(plain, DTYPES, NDT, 0, 0, 0, NULL));
+    CHECK_OK(write_set(comp, DTYPES, NDT, 1, 0, FRAME, NULL));
+    tzr_reader *r = open_r(comp, NULL, 1);
+    if (!r) return;
+    tzr_writer *w;
+    CHECK_OK(tzr_writer_open(&w, copy, NULL));
+    for (size_t i = 0; i < tzr_reader_count(r); i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        uint8_t *buf = malloc(t->nbytes + 1);
+        CHECK_OK(tzr_reader_read(r, i, buf, t->nbytes));
+        tzr_tensor_desc d = {t->name, t->name_len, t->type, (uint16_t)t->module_idx, t->dtype_str, t->dtype_len,
+                             t->dtype, t->ndim, t->shape, t->meta};
+        CHECK_OK(tzr_writer_add(w, &d, buf));
+        free(buf);
+    }
+    CHECK_OK(tzr_writer_close(w));
+    tzr_reader_free(r);
+    size_t n1, n2;
+    uint8_t *a = check_read_file(plain, &n1), *b = check_read_file(copy, &n2);
+    CHECK(a && b && n1 == n2 && memcmp(a, b, n1) == 0);
+    free(a);
+    free(b);
+    /* Hashes cover the uncompressed tensor: a compressed header's hashable
+     * form equals the plain header's, so the stored SHA-256 are identical. */
+    tzr_reader *rp = open_r(plain, NULL, 0), *rc = open_r(comp, NULL, 0);
+    size_t np, nc;
+    uint8_t *bp = check_read_file(plain, &np), *bc = check_read_file(comp, &nc);
+    for (size_t i = 0; rp && rc && i < NDT; i++) {
+        const tzr_tensor_info *tp = tzr_reader_tensor(rp, i), *tc = tzr_reader_tensor(rc, i);
+        tzr_tensor_header hp, hc;
+        CHECK_OK(tzr_parse_tensor_header(bp + tp->header_offset, tp->data_offset - tp->header_offset, 0, 0, &hp));
+        CHECK_OK(tzr_parse_tensor_header(bc + tc->header_offset, tc->data_offset - tc->header_offset, 0, 1, &hc));
+        CHECK(hc.comp.present && memcmp(hp.sha256, hc.sha256, 32) == 0 && hp.crc32 == hc.crc32);
+    }
+    free(bp);
+    free(bc);
+    tzr_reader_free(rp);
+    tzr_reader_free(rc);
+}
+
+/* Big enough for several frames, several crypt chunks and several units. */
+static const tspec BIG[] = {
+    {"embed", TZR_DTYPE_BF16, 2, {1500, 2048}, D_NORMAL, 0},     /* 6 MB */
+    {"small.a", TZR_DTYPE_F32, 1, {300, 0}, D_NORMAL, 0},
+    {"noise", TZR_DTYPE_U8, 1, {300000, 0}, D_RANDOM, 0},
+    {"meta", TZR_DTYPE_F32, 1, {1000, 0}, D_NORMAL, 1},
+    {"small.b", TZR_DTYPE_BF16, 1, {5000, 0}, D_NORMAL, 0},
+    {"f32big", TZR_DTYPE_F32, 2, {700, 1024}, D_NORMAL, 0},      /* 2.8 MB */
+    {"zeros", TZR_DTYPE_I64, 1, {400000, 0}, D_ZERO, 0},        /* 3.2 MB */
+    {"empty", TZR_DTYPE_F32, 1, {0, 0}, D_NORMAL, 0},
+};
+#define NBIG (sizeof BIG / sizeof BIG[0])
+static char big_path[600], big_enc_path[600];
+
+static void check_host(tzr_sink *sink, const tspec *ts, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t len;
+        uint8_t *want = make_data(&ts[i], &len, i);
+        if (ts[i].meta) memset(want, 0, len);
+        void *got;
+        uint64_t glen;
+        CHECK_OK(tzr_sink_host_data(sink, i, &got, &glen));
+        CHECK(glen == len && memcmp(got, want, len) == 0);
+        free(want);
+    }
+}
+
+static void encrypted_compressed(void) {
+    tzr_reader *r = open_r(big_enc_path, KEY, 1);
+    if (!r) return;
+    CHECK(tzr_reader_encrypted(r) && tzr_reader_compressed(r));
+    check_reads(r, BIG, NBIG);
+    CHECK(tzr_reader_tensor(r, 0)->compression == TZR_COMPRESSION_ZSTD);
+    CHECK(tzr_reader_tensor(r, 0)->data_length > TZR_CRYPT_CHUNK); /* several crypt chunks */
+    tzr_reader_free(r);
+    /* A wrong key fails cleanly. */
+    uint8_t bad[32];
+    memcpy(bad, KEY, 32);
+    bad[0] ^= 1;
+    r = open_r(big_enc_path, bad, 0);
+    uint8_t *buf = malloc(tzr_reader_tensor(r, 0)->nbytes);
+    CHECK_RC(tzr_reader_read(r, 0, buf, tzr_reader_tensor(r, 0)->nbytes), TZR_ECRYPT);
+    free(buf);
+    tzr_reader_free(r);
+}
+
+static void pipeline_host(void) {
+    size_t chunks[] = {4096, 65536, 1 << 20, 8 << 20};
+    int threads[] = {1, 2, 4, 3};
+    for (int enc = 0; enc < 2; enc++)
+        for (int v = 0; v < 2; v++)
+            for (size_t c = 0; c < 4; c++) {
+                tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+                ro.verify = v;
+                ro.crypt.key = enc ? KEY : NULL;
+                tzr_reader *r;
+                CHECK_OK(tzr_reader_open(&r, enc ? big_enc_path : big_path, &ro)); /* headers lazily */
+                tzr_sink *sink;
+                CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+                tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+                o.chunk_bytes = chunks[c];
+                o.ring_bytes = 6 * chunks[c];
+                o.threads = threads[c];
+                tzr_load_stats st;
+                CHECK_OK(tzr_load(r, sink, &o, &st));
+                CHECK(st.tensors == NBIG);
+                check_host(sink, BIG, NBIG);
+                tzr_sink_free(sink);
+                tzr_reader_free(r);
+            }
+}
+
+static void pipeline_null_budget(void) {
+    for (int enc = 0; enc < 2; enc++) {
+        tzr_reader *r = open_r(enc ? big_enc_path : big_path, enc ? KEY : NULL, 1);
+        if (!r) return;
+        tzr_sink *sink;
+        CHECK_OK(tzr_sink_null_new(&sink));
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.ring_bytes = (enc ? 48 : 16) << 20;
+        o.chunk_bytes = 1 << 20;
+        o.threads = 4;
+        tzr_load_stats st;
+        CHECK_OK(tzr_load(r, sink, &o, &st));
+        CHECK(st.staging_bytes <= o.ring_bytes);
+        uint64_t total = 0, stored = 0;
+        for (size_t i = 0; i < NBIG; i++) {
+            total += tzr_reader_tensor(r, i)->uncompressed_length; /* meta: zeros, not counted */
+            stored += tzr_reader_tensor(r, i)->data_length;
+        }
+        CHECK(st.bytes == total);
+        CHECK(st.bytes_read < total);                       /* compressed reads less */
+        CHECK(st.bytes_read >= stored);
+        if (enc) CHECK(st.bytes_read <= stored + stored / 4 + 2 * TZR_CRYPT_CHUNK);
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+    }
+}
+
+/* ---- an asynchronous sink that poisons staging after each fence ------ */
+typedef struct job {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t len;
+    struct job *next;
+} job;
+
+typedef struct async_sink {
+    tzr_sink base;
+    pthread_t th;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    job *head, *tail;
+    uint64_t submitted, done;
+    uint8_t *dst[NBIG];
+    uint8_t *writes[NBIG];
+    struct { const uint8_t *p; size_t n; int slot; } ranges[8192];
+    size_t nranges;
+    int stop;
+    unsigned seed;
+} async_sink;
+
+static void *async_main(void *arg) {
+    async_sink *f = arg;
+    pthread_mutex_lock(&f->lock);
+    for (;;) {
+        while (!f->head && !f->stop) pthread_cond_wait(&f->cond, &f->lock);
+        if (!f->head) break;
+        job *j = f->head;
+        f->head = j->next;
+        if (!f->head) f->tail = NULL;
+        pthread_mutex_unlock(&f->lock);
+        struct timespec d = {0, (long)(rand_r(&f->seed) % 100) * 1000};
+        nanosleep(&d, NULL);
+        memcpy(j->dst, j->src, j->len);
+        free(j);
+        pthread_mutex_lock(&f->lock);
+        f->done++;
+        pthread_cond_broadcast(&f->cond);
+    }
+    pthread_mutex_unlock(&f->lock);
+    return NULL;
+}
+
+static int async_begin(tzr_sink *s, size_t i, const tzr_tensor_info *t) {
+    async_sink *f = (async_sink *)s;
+    f->dst[i] = calloc(1, t->nbytes + 1);
+    f->writes[i] = calloc(1, t->nbytes + 1);
+    return 0;
+}
+
+static int async_submit(tzr_sink *s, int slot, size_t i, uint64_t off, const void *src, size_t len) {
+    async_sink *f = (async_sink *)s;
+    job *j = calloc(1, sizeof *j);
+    j->dst = f->dst[i] + off;
+    j->src = src;
+    j->len = len;
+    pthread_mutex_lock(&f->lock);
+    for (size_t k = 0; k < len; k++) f->writes[i][off + k]++;
+    if (f->tail) f->tail->next = j;
+    else f->head = j;
+    f->tail = j;
+    f->submitted++;
+    if (slot >= 0 && f->nranges < 8192) {
+        f->ranges[f->nranges].p = src;
+        f->ranges[f->nranges].n = len;
+        f->ranges[f->nranges++].slot = slot;
+    }
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+    return 0;
+}
+
+static int async_fence(tzr_sink *s, int slot, uint64_t *fence) {
+    async_sink *f = (async_sink *)s;
+    pthread_mutex_lock(&f->lock);
+    *fence = ((uint64_t)(slot + 1) << 40) | f->submitted;
+    pthread_mutex_unlock(&f->lock);
+    return 0;
+}
+
+static int async_wait(tzr_sink *s, uint64_t fence) {
+    async_sink *f = (async_sink *)s;
+    int slot = (int)(fence >> 40) - 1;
+    pthread_mutex_lock(&f->lock);
+    while (f->done < (fence & ((1ull << 40) - 1))) pthread_cond_wait(&f->cond, &f->lock);
+    size_t keep = 0;
+    for (size_t k = 0; k < f->nranges; k++) {
+        if (f->ranges[k].slot == slot) memset((void *)f->ranges[k].p, 0xEE, f->ranges[k].n);
+        else f->ranges[keep++] = f->ranges[k];
+    }
+    f->nranges = keep;
+    pthread_mutex_unlock(&f->lock);
+    return 0;
+}
+
+static void async_destroy(tzr_sink *s) {
+    async_sink *f = (async_sink *)s;
+    pthread_mutex_lock(&f->lock);
+    f->stop = 1;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+    pthread_join(f->th, NULL);
+    for (size_t i = 0; i < NBIG; i++) {
+        free(f->dst[i]);
+        free(f->writes[i]);
+    }
+    free(f);
+}
+
+static async_sink *async_new(void) {
+    async_sink *f = calloc(1, sizeof *f);
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    f->seed = (unsigned)time(NULL);
+    f->base.begin_tensor = async_begin;
+    f->base.submit = async_submit;
+    f->base.fence = async_fence;
+    f->base.wait = async_wait;
+    f->base.destroy = async_destroy;
+    f->base.name = "async";
+    pthread_create(&f->th, NULL, async_main, f);
+    return f;
+}
+
+static void pipeline_async_sink(void) {
+    for (int enc = 0; enc < 2; enc++)
+        for (int verify = 0; verify < 2; verify++)
+            for (int round = 0; round < 2; round++) {
+                tzr_reader *r = open_r(enc ? big_enc_path : big_path, enc ? KEY : NULL, verify);
+                if (!r) return;
+                async_sink *f = async_new();
+                tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+                o.chunk_bytes = round ? (1 << 20) : 65536;
+                o.ring_bytes = 4 * o.chunk_bytes;
+                o.threads = 3;
+                CHECK_OK(tzr_load(r, &f->base, &o, NULL));
+                for (size_t i = 0; i < NBIG; i++) {
+                    uint64_t len;
+                    uint8_t *want = make_data(&BIG[i], &len, i);
+                    if (BIG[i].meta) memset(want, 0, len);
+                    CHECK(f->dst[i] && memcmp(f->dst[i], want, len) == 0);
+                    int once = 1;
+                    for (uint64_t b = 0; !BIG[i].meta && b < len; b++) once &= f->writes[i][b] == 1;
+                    CHECK(once);
+                    free(want);
+                }
+                tzr_sink_free(&f->base);
+                tzr_reader_free(r);
+            }
+}
+
+/* ---- corrupt inputs --------------------------------------------------- */
+typedef struct located {
+    uint64_t hoff, doff, dlen;
+    size_t comp_at;           /* file offset of the compression block's u64 length */
+    tzr_comp_info ci;
+} located;
+
+/* Find tensor i's compression block in a file image. */
+static int locate(const uint8_t *b, size_t n, size_t i, located *L) {
+    tzr_source *src;
+    tzr_source_open_memory(&src, b, n, "probe");
+    tzr_reader *r;
+    if (tzr_reader_open_source(&r, src, NULL)) return -1;
+    const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+    L->hoff = t->header_offset;
+    L->doff = t->data_offset;
+    L->dlen = t->data_length;
+    tzr_reader_free(r);
+    tzr_tensor_header h;
+    if (tzr_parse_tensor_header(b + L->hoff, L->doff - L->hoff, 0, 1, &h)) return -1;
+    L->comp_at = L->hoff + h.comp_start;
+    L->ci = h.comp;
+    return 0;
+}
+
+/* Open (headers at open) then read and load everything; the first failure's
+ * code, with the message checked to name the tensor where one is given. */
+static int try_image(uint8_t *b, size_t n, const char *must_name) {
+    tzr_source *src;
+    tzr_source_open_memory(&src, b, n, "corrupt.tensors");
+    tzr_reader_options o = TZR_READER_OPTIONS_INIT;
+    o.verify = 1;
+    tzr_reader *r;
+    int rc = tzr_reader_open_source(&r, src, &o);
+    if (rc) return rc;
+    for (size_t i = 0; i < tzr_reader_count(r) && !rc; i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        uint8_t *buf = malloc(t->nbytes + 1);
+        rc = tzr_reader_read(r, i, buf, t->nbytes);
+        free(buf);
+    }
+    if (rc && must_name && !(strstr(tzr_last_error(), must_name) && strstr(tzr_last_error(), "offset")))
+        fprintf(stderr, "  message lacks tensor or offset: %s\n", tzr_last_error()), check_case_failed = 1;
+    /* The pipeline agrees on the code. */
+    int lrc = 0;
+    if (tzr_reader_count(r)) {
+        tzr_sink *sink;
+        tzr_sink_null_new(&sink);
+        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+        lo.chunk_bytes = 8192;
+        lo.threads = 2;
+        lrc = tzr_load(r, sink, &lo, NULL);
+        tzr_sink_free(sink);
+        if (lrc != rc) fprintf(stderr, "  pipeline gave %d, reader %d: %s\n", lrc, rc, tzr_last_error()), check_case_failed = 1;
+    }
+    tzr_reader_free(r);
+    return rc;
+}
+
+static void corrupt_table(void) {
+    const char *path = tmp("corrupt_src.tensors"), *plain = tmp("corrupt_plain.tensors");
+    CHECK_OK(write_set(path, DTYPES, 4, 1, 0, FRAME, NULL)); /* bf16 is tensor 1, 5 frames */
+    CHECK_OK(write_set(plain, DTYPES, 4, 0, 0, 0, NULL));
+    size_t n, pn;
+    uint8_t *orig = check_read_file(path, &n), *porig = check_read_file(plain, &pn);
+    located L;
+    if (!orig || !porig || locate(orig, n, 1, &L)) {
+        CHECK(0);
+        return;
+    }
+    CHECK(L.ci.codec == TZR_CODEC_ZSTD && L.ci.nframes == 6);
+    uint64_t body = L.comp_at + 8; /* codec u8, planes u8, frame u32, ulen u64, F u32, sizes */
+    uint64_t f1_at = L.doff + tzr_comp_frame(&L.ci, 0);
+    struct {
+        const char *what;
+        int code;
+        int plain_base;
+        uint64_t at;
+        int op; /* 0 xor byte, 1 add to u32, 2 add to u64, 3 swap frames 0/last, 4 set byte */
+        int64_t val;
+    } cases[] = {
+        {"corrupt frame magic", TZR_EFORMAT, 0, f1_at, 0, 0x55},
+        {"frame table entry past the data", TZR_EFORMAT, 0, body + 18 + 4, 1, 1000},
+        {"frame table entry shrunk", TZR_EFORMAT, 0, body + 18, 1, -1},
+        {"frame count mismatch", TZR_EFORMAT, 0, body + 14, 1, 1},
+        {"uncompressed length != shape", TZR_EFORMAT, 0, body + 6, 2, -2},
+        {"uncompressed length off by frames", TZR_EFORMAT, 0, body + 6, 2, 3 * FRAME},
+        {"frame decompresses to the wrong size", TZR_EFORMAT, 0, 0, 3, 0},
+        {"unknown codec", TZR_EFORMAT, 0, body, 4, 7},
+        {"bad plane count", TZR_EFORMAT, 0, body + 1, 4, 3},
+        {"planes disagree with dtype", TZR_EFORMAT, 0, body + 1, 4, 4},
+        {"frame size not a multiple of 64", TZR_EFORMAT, 0, body + 2, 1, 1},
+        {"block length wrong", TZR_EFORMAT, 0, L.comp_at, 2, 4},
+        {"flag set without blocks", TZR_EFORMAT, 1, 9, 5, 2},
+        {"block without flag", TZR_EFORMAT, 0, 9, 4, 0},
+        {"compressed flag in v3", TZR_EVERSION, 0, 5, 4, 3},
+        {"unknown flag bit 2", TZR_EVERSION, 0, 9, 4, 6},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t len = cases[k].plain_base ? pn : n;
+        uint8_t *b = malloc(len);
+        memcpy(b, cases[k].plain_base ? porig : orig, len);
+        uint64_t at = cases[k].at;
+        switch (cases[k].op) {
+        case 0: b[at] ^= (uint8_t)cases[k].val; break;
+        case 1: tzr_st32(b + at, (uint32_t)(tzr_ld32(b + at) + cases[k].val)); break;
+        case 2: tzr_st64(b + at, (uint64_t)(tzr_ld64(b + at) + cases[k].val)); break;
+        case 3: {
+            /* Swap the first (full) and the last (short) frame, table too. */
+            uint32_t a = tzr_comp_frame(&L.ci, 0), z = tzr_comp_frame(&L.ci, L.ci.nframes - 1);
+            uint8_t *fa = malloc(a), *fz = malloc(z);
+            memcpy(fa, orig + L.doff, a);
+            memcpy(fz, orig + L.doff + L.dlen - z, z);
+            memmove(b + L.doff + z, orig + L.doff + a, L.dlen - a - z);
+            memcpy(b + L.doff, fz, z);
+            memcpy(b + L.doff + L.dlen - a, fa, a);
+            tzr_st32(b + body + 18, z);
+            tzr_st32(b + body + 18 + 4 * (L.ci.nframes - 1), a);
+            free(fa);
+            free(fz);
+            break;
+        }
+        case 4: b[at] = (uint8_t)cases[k].val; break;
+        case 5: b[5] = 4; b[at] = (uint8_t)cases[k].val; break;
+        }
+        int rc = try_image(b, len, cases[k].op == 0 || cases[k].op == 3 ? "'bf16'" : NULL);
+        if (rc != cases[k].code) {
+            fprintf(stderr, "  case '%s': got %d (%s), want %d\n", cases[k].what, rc, tzr_last_error(), cases[k].code);
+            check_case_failed = 1;
+        }
+        free(b);
+    }
+    /* A flipped byte inside a frame never loads silently: zstd refuses it
+     * or the hash of the uncompressed bytes does. */
+    for (uint64_t k = 0; k < tzr_comp_frame(&L.ci, 0); k += 97) {
+        uint8_t *b = malloc(n);
+        memcpy(b, orig, n);
+        b[L.doff + k] ^= 0x10;
+        int rc = try_image(b, n, NULL);
+        CHECK(rc == TZR_EFORMAT || rc == TZR_EHASH);
+        free(b);
+    }
+    free(orig);
+    free(porig);
+}
+
+static void writer_options(void) {
+    tzr_writer_options o = TZR_WRITER_OPTIONS_INIT;
+    o.compression = TZR_COMPRESSION_ZSTD;
+    o.frame_size = 1000; /* not a multiple of 64 */
+    tzr_writer *w;
+    CHECK_RC(tzr_writer_open(&w, tmp("bad.tensors"), &o), TZR_EINVAL);
+    o.frame_size = 0;
+    o.compression = 9;
+    CHECK_RC(tzr_writer_open(&w, tmp("bad.tensors"), &o), TZR_EINVAL);
+    /* An old caller's struct (without the compression fields) writes plain. */
+    o = (tzr_writer_options)TZR_WRITER_OPTIONS_INIT;
+    o.compression = TZR_COMPRESSION_ZSTD;
+    o.struct_size = offsetof(tzr_writer_options, compression);
+    CHECK_OK(tzr_writer_open(&w, tmp("old.tensors"), &o));
+    tzr_writer_abort(w);
+}
+
+int main(void) {
+    snprintf(dir_path, sizeof dir_path, "%s", check_tmpdir());
+    snprintf(big_path, sizeof big_path, "%s/big.tensors", dir_path);
+    snprintf(big_enc_path, sizeof big_enc_path, "%s/big_enc.tensors", dir_path);
+    if (write_set(big_path, BIG, NBIG, 1, 0, 1 << 20, NULL) || write_set(big_enc_path, BIG, NBIG, 1, 0, 1 << 20, KEY)) {
+        printf("FAIL setup: %s\n", tzr_last_error());
+        return 1;
+    }
+    RUN(roundtrip_dtypes);
+    RUN(feature_flags);
+    RUN(uncompressed_copy_identical);
+    RUN(encrypted_compressed);
+    RUN(pipeline_host);
+    RUN(pipeline_null_budget);
+    RUN(pipeline_async_sink);
+    RUN(corrupt_table);
+    RUN(writer_options);
+    return check_done();
+}
