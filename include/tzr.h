@@ -154,6 +154,12 @@ enum {
 };
 
 /* ---------------------------------------------------------------- sources */
+/* One buffer of a vectored read. */
+typedef struct tzr_iovec {
+    void *base;
+    size_t len;
+} tzr_iovec;
+
 /* A positional byte source. read_at must read exactly len bytes at offset
  * off into buf and be safe to call from several threads at once on disjoint
  * or overlapping ranges. It returns 0, TZR_ETRUNC when the source ends
@@ -174,6 +180,10 @@ struct tzr_source {
      * normally. Returns 0, or TZR_ENOTSUP where the file system refuses. */
     int (*set_direct)(tzr_source *src, int on);
     size_t direct_align;    /* alignment O_DIRECT needs (0: no O_DIRECT) */
+    /* Optional: read the sum of the iov lengths at off, scattered into the
+     * buffers in order (preadv). Lets many small tensors land straight in
+     * their destinations with one call. Same return codes as read_at. */
+    int (*readv_at)(tzr_source *src, const tzr_iovec *iov, int iovcnt, uint64_t off);
     void *ctx;              /* implementation data */
 };
 

@@ -65,6 +65,9 @@ typedef struct unit {
     int direct;          /* read straight into the sink's memory */
     int comp;            /* zstd frames [f0, f1), expanded after the read */
     int zdirect;         /* expanded straight into the sink's memory */
+    int scatter;         /* coalesced tensors read with one vectored read
+                            straight into the sink's memory; the headers
+                            between them land in the slot */
     uint64_t f0, f1;
     uint64_t skip;       /* read bytes before frame f0 (crypt chunk alignment) */
     uint64_t first_chunk;/* crypt chunk at the start of the read */
@@ -202,7 +205,7 @@ static void progress(pipeline *p, uint64_t add) {
 static int deliver(pipeline *p, piece *pc, const uint8_t *bytes, int s) {
     unit *un = &p->units[pc->unit];
     int rc = 0;
-    if (!un->direct && !un->zdirect) rc = p->sink->submit(p->sink, s, pc->tensor, pc->toff, bytes, (size_t)pc->len);
+    if (!un->direct && !un->zdirect && !un->scatter) rc = p->sink->submit(p->sink, s, pc->tensor, pc->toff, bytes, (size_t)pc->len);
     if (!rc) progress(p, pc->len);
     return rc;
 }
@@ -212,7 +215,7 @@ static int unit_piece_done(pipeline *p, size_t u, int s) {
     int rc = 0;
     pthread_mutex_lock(&p->slot_lock);
     slot *sl = &p->slots[s];
-    if (p->sink->fence && !p->units[u].direct && !p->units[u].zdirect) {
+    if (p->sink->fence && !p->units[u].direct && !p->units[u].zdirect && !p->units[u].scatter) {
         rc = p->sink->fence(p->sink, s, &sl->fence);
         sl->has_fence = rc == 0;
     }
@@ -236,7 +239,7 @@ static uint8_t *piece_base(pipeline *p, piece *pc) { return unit_base(p, pc->uni
 /* Where a piece's finished bytes are: the sink's memory or the slot. */
 static uint8_t *piece_bytes(pipeline *p, piece *pc) {
     unit *un = &p->units[pc->unit];
-    if (un->direct || un->zdirect) return p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len);
+    if (un->direct || un->zdirect || un->scatter) return p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len);
     return (un->comp ? p->slots[pc->unit % (size_t)p->nslots].buf : piece_base(p, pc)) + pc->uoff;
 }
 
@@ -381,6 +384,40 @@ static int expand_unit(pipeline *p, size_t u, uint8_t *buf, tzr_zctx **zp) {
     return rc;
 }
 
+/* One vectored read for a coalesced unit: each piece's data straight into
+ * the sink's memory, the bytes between (headers) packed into the slot.
+ * gap_at[k] is where the gap before piece k ends in the slot. */
+static int scatter_read(pipeline *p, unit *un, uint8_t *gaps, tzr_source *src, uint64_t **gap_at_out) {
+    tzr_iovec *iov = malloc(2 * un->count * sizeof *iov);
+    uint64_t *gap_at = malloc(un->count * sizeof *gap_at);
+    if (!iov || !gap_at) {
+        free(iov);
+        free(gap_at);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    int n = 0;
+    uint64_t at = un->off, used = 0;
+    for (size_t k = 0; k < un->count; k++) {
+        piece *pc = &p->pieces[un->first + k];
+        uint64_t data = un->off + pc->uoff;
+        if (data > at) {
+            iov[n++] = (tzr_iovec){gaps + used, (size_t)(data - at)};
+            used += data - at;
+        }
+        gap_at[k] = used;
+        iov[n++] = (tzr_iovec){p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len), (size_t)pc->len};
+        at = data + pc->len;
+    }
+    int rc = src->readv_at(src, iov, n, un->off);
+    free(iov);
+    if (rc) {
+        free(gap_at);
+        return rc;
+    }
+    *gap_at_out = gap_at;
+    return 0;
+}
+
 static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
     int s = (int)(u % (size_t)p->nslots);
     int rc = acquire_slot(p, u, s);
@@ -393,7 +430,9 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
         buf = p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len);
         if (!buf) return fail(p, tzr_fail(TZR_EINVAL, "sink gave no destination"));
     }
-    rc = src->read_at(src, buf, (size_t)un->len, un->off);
+    uint64_t *gap_at = NULL; /* scatter: where each piece's preceding gap sits in the slot */
+    if (un->scatter) rc = scatter_read(p, un, buf, src, &gap_at);
+    else rc = src->read_at(src, buf, (size_t)un->len, un->off);
     atomic_fetch_add(&p->reads, 1);
     atomic_fetch_add(&p->bytes_read, un->len);
     if (rc) {
@@ -410,14 +449,22 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
         buf = p->slots[s].buf; /* pieces' uoff is relative to the slot */
     }
     for (size_t k = 0; k < un->count; k++) {
-        if (stopped(p)) return TZR_ECANCELED;
+        if (stopped(p)) {
+            free(gap_at);
+            return TZR_ECANCELED;
+        }
         piece *pc = &p->pieces[un->first + k];
-        uint8_t *bytes = buf + pc->uoff;
+        uint8_t *bytes = un->scatter ? piece_bytes(p, pc) : buf + pc->uoff;
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
         if (!un->direct && pc->toff == 0 && info->header_offset >= un->off) {
-            rc = tzr_reader_install_header(p->r, pc->tensor, buf + (info->header_offset - un->off),
-                                           (size_t)(info->data_offset - info->header_offset));
-            if (rc) return fail_at(p, rc, pc->tensor);
+            /* Scatter: the header is the tail of the gap before the data. */
+            const uint8_t *hdr = un->scatter ? buf + gap_at[k] - (info->data_offset - info->header_offset)
+                                             : buf + (info->header_offset - un->off);
+            rc = tzr_reader_install_header(p->r, pc->tensor, hdr, (size_t)(info->data_offset - info->header_offset));
+            if (rc) {
+                free(gap_at);
+                return fail_at(p, rc, pc->tensor);
+            }
         }
         if (!un->comp) rc = decrypt_piece(p, pc, bytes);
         if (rc) return fail_at(p, rc, pc->tensor);
@@ -427,8 +474,12 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
             rc = deliver(p, pc, bytes, s);
             if (!rc) rc = unit_piece_done(p, pc->unit, s);
         }
-        if (rc) return fail_at(p, rc, pc->tensor);
+        if (rc) {
+            free(gap_at);
+            return fail_at(p, rc, pc->tensor);
+        }
     }
+    free(gap_at);
     return 0;
 }
 
@@ -508,7 +559,7 @@ static int add_unit(pipeline *p, size_t *cap, uint64_t off, uint64_t len, size_t
     un->count = p->npieces - first;
     atomic_init(&un->left, un->count);
     un->direct = 0;
-    un->comp = un->zdirect = 0;
+    un->comp = un->zdirect = un->scatter = 0;
     un->f0 = un->f1 = un->skip = un->first_chunk = 0;
     return 0;
 }
@@ -779,6 +830,14 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         }
         un->direct = un->count == 1 && pc->uoff == 0 && un->len == pc->len && sink->direct &&
                      sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
+        /* Many small plaintext tensors: scatter them in place with one
+         * vectored read instead of staging plus a copy each. */
+        un->scatter = !un->direct && un->count > 1 && src->readv_at && sink->direct && !tzr_reader_encrypted(r) &&
+                      !tzr_reader_compressed(r) && !p->direct_align;
+        for (size_t k = 0; un->scatter && k < un->count; k++) {
+            piece *q = &p->pieces[un->first + k];
+            un->scatter = sink->direct(sink, q->tensor, q->toff, q->len) != NULL;
+        }
     }
     if (rc) {
         fail(p, rc);

@@ -8,7 +8,9 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define DIRECT_ALIGN 4096
@@ -83,6 +85,48 @@ static int file_is_cached(tzr_source *s, uint64_t off, uint64_t len) {
     return cached;
 }
 
+/* preadv in batches of IOV_MAX, resuming after short reads. */
+static int file_readv_at(tzr_source *s, const tzr_iovec *iov, int iovcnt, uint64_t off) {
+    file_source *f = (file_source *)s;
+    struct iovec v[IOV_MAX];
+    int i = 0;
+    size_t skip = 0; /* bytes of iov[i] already read */
+    while (i < iovcnt) {
+        int n = 0;
+        size_t want = 0;
+        for (int k = i; k < iovcnt && n < IOV_MAX; k++, n++) {
+            size_t sk = k == i ? skip : 0;
+            v[n].iov_base = (uint8_t *)iov[k].base + sk;
+            v[n].iov_len = iov[k].len - sk;
+            want += v[n].iov_len;
+        }
+        ssize_t got = preadv(f->fd, v, n, (off_t)off);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return tzr_fail(TZR_EIO, "%s: read of %zu bytes at offset %llu failed: %s", f->path, want,
+                            (unsigned long long)off, strerror(errno));
+        }
+        if (got == 0)
+            return tzr_fail(TZR_ETRUNC, "%s: file ends at offset %llu, %zu more bytes expected", f->path,
+                            (unsigned long long)off, want);
+        off += (uint64_t)got;
+        size_t left = (size_t)got;
+        while (left > 0 && i < iovcnt) {
+            size_t in = iov[i].len - skip;
+            if (left >= in) {
+                left -= in;
+                i++;
+                skip = 0;
+            } else {
+                skip += left;
+                left = 0;
+            }
+        }
+        while (i < iovcnt && iov[i].len == 0) i++;
+    }
+    return 0;
+}
+
 static int file_set_direct(tzr_source *s, int on) {
     file_source *f = (file_source *)s;
     if (on && f->direct_fd < 0) {
@@ -125,6 +169,7 @@ int tzr_source_open_file(tzr_source **out, const char *path, unsigned flags) {
     f->direct_fd = -1;
     f->base.read_at = file_read_at;
     f->base.set_direct = file_set_direct;
+    f->base.readv_at = file_readv_at;
     f->base.direct_align = DIRECT_ALIGN;
     f->base.destroy = file_destroy;
     f->base.is_cached = file_is_cached;
