@@ -198,7 +198,7 @@ typedef struct call_io {
     size_t sent;
 } call_io;
 
-static void copy_hval(char *dst, size_t cap, const char *v, size_t n) {
+void tzr_http_copy_hval(char *dst, size_t cap, const char *v, size_t n) {
     while (n > 0 && (*v == ' ' || *v == '\t')) v++, n--;
     while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ')) n--;
     if (n >= cap) n = cap - 1;
@@ -214,14 +214,14 @@ static size_t call_header(char *b, size_t sz, size_t n, void *u) {
         c->etag[0] = c->content_range[0] = c->location[0] = 0;
         c->content_length = -1;
     } else if (len > 5 && strncasecmp(b, "ETag:", 5) == 0) {
-        copy_hval(c->etag, sizeof c->etag, b + 5, len - 5);
+        tzr_http_copy_hval(c->etag, sizeof c->etag, b + 5, len - 5);
     } else if (len > 14 && strncasecmp(b, "Content-Range:", 14) == 0) {
-        copy_hval(c->content_range, sizeof c->content_range, b + 14, len - 14);
+        tzr_http_copy_hval(c->content_range, sizeof c->content_range, b + 14, len - 14);
     } else if (len > 9 && strncasecmp(b, "Location:", 9) == 0) {
-        copy_hval(c->location, sizeof c->location, b + 9, len - 9);
+        tzr_http_copy_hval(c->location, sizeof c->location, b + 9, len - 9);
     } else if (len > 15 && strncasecmp(b, "Content-Length:", 15) == 0) {
         char v[32];
-        copy_hval(v, sizeof v, b + 15, len - 15);
+        tzr_http_copy_hval(v, sizeof v, b + 15, len - 15);
         c->content_length = strtoll(v, NULL, 10);
     }
     return len;

@@ -155,4 +155,6 @@ TZR_HIDDEN void tzr_http_call_reset(tzr_http_call *call); /* frees resp */
  * TZR_ECHANGED, else TZR_EHTTP, with S3's Code/Message when present. */
 TZR_HIDDEN int tzr_http_status_error(const tzr_http_call *call, const tzr_s3_config *cfg);
 
+/* A header value without surrounding blanks and line end, cut to cap. */
+TZR_HIDDEN void tzr_http_copy_hval(char *dst, size_t cap, const char *v, size_t n);
 #endif

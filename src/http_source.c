@@ -53,13 +53,6 @@ typedef struct range_task {
     char errbuf[CURL_ERROR_SIZE];
 } range_task;
 
-static void copy_hval(char *dst, size_t cap, const char *v, size_t n) {
-    while (n > 0 && (*v == ' ' || *v == '\t')) v++, n--;
-    while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ')) n--;
-    if (n >= cap) n = cap - 1;
-    memcpy(dst, v, n);
-    dst[n] = 0;
-}
 
 static size_t rt_header(char *b, size_t sz, size_t n, void *u) {
     range_task *t = u;
@@ -68,7 +61,7 @@ static size_t rt_header(char *b, size_t sz, size_t n, void *u) {
         t->cr[0] = 0;
         t->checked = 0;
     } else if (len > 14 && strncasecmp(b, "Content-Range:", 14) == 0) {
-        copy_hval(t->cr, sizeof t->cr, b + 14, len - 14);
+        tzr_http_copy_hval(t->cr, sizeof t->cr, b + 14, len - 14);
     }
     return len;
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "fake_sink.h"
 #include "format.h"
 #include "tzr_load.h"
 
@@ -328,139 +329,13 @@ static void pipeline_null_budget(void) {
     }
 }
 
-/* ---- an asynchronous sink that poisons staging after each fence ------ */
-typedef struct job {
-    uint8_t *dst;
-    const uint8_t *src;
-    size_t len;
-    struct job *next;
-} job;
-
-typedef struct async_sink {
-    tzr_sink base;
-    pthread_t th;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    job *head, *tail;
-    uint64_t submitted, done;
-    uint8_t *dst[NBIG];
-    uint8_t *writes[NBIG];
-    struct { const uint8_t *p; size_t n; int slot; } ranges[8192];
-    size_t nranges;
-    int stop;
-    unsigned seed;
-} async_sink;
-
-static void *async_main(void *arg) {
-    async_sink *f = arg;
-    pthread_mutex_lock(&f->lock);
-    for (;;) {
-        while (!f->head && !f->stop) pthread_cond_wait(&f->cond, &f->lock);
-        if (!f->head) break;
-        job *j = f->head;
-        f->head = j->next;
-        if (!f->head) f->tail = NULL;
-        pthread_mutex_unlock(&f->lock);
-        struct timespec d = {0, (long)(rand_r(&f->seed) % 100) * 1000};
-        nanosleep(&d, NULL);
-        memcpy(j->dst, j->src, j->len);
-        free(j);
-        pthread_mutex_lock(&f->lock);
-        f->done++;
-        pthread_cond_broadcast(&f->cond);
-    }
-    pthread_mutex_unlock(&f->lock);
-    return NULL;
-}
-
-static int async_begin(tzr_sink *s, size_t i, const tzr_tensor_info *t) {
-    async_sink *f = (async_sink *)s;
-    f->dst[i] = calloc(1, t->nbytes + 1);
-    f->writes[i] = calloc(1, t->nbytes + 1);
-    return 0;
-}
-
-static int async_submit(tzr_sink *s, int slot, size_t i, uint64_t off, const void *src, size_t len) {
-    async_sink *f = (async_sink *)s;
-    job *j = calloc(1, sizeof *j);
-    j->dst = f->dst[i] + off;
-    j->src = src;
-    j->len = len;
-    pthread_mutex_lock(&f->lock);
-    for (size_t k = 0; k < len; k++) f->writes[i][off + k]++;
-    if (f->tail) f->tail->next = j;
-    else f->head = j;
-    f->tail = j;
-    f->submitted++;
-    if (slot >= 0 && f->nranges < 8192) {
-        f->ranges[f->nranges].p = src;
-        f->ranges[f->nranges].n = len;
-        f->ranges[f->nranges++].slot = slot;
-    }
-    pthread_cond_broadcast(&f->cond);
-    pthread_mutex_unlock(&f->lock);
-    return 0;
-}
-
-static int async_fence(tzr_sink *s, int slot, uint64_t *fence) {
-    async_sink *f = (async_sink *)s;
-    pthread_mutex_lock(&f->lock);
-    *fence = ((uint64_t)(slot + 1) << 40) | f->submitted;
-    pthread_mutex_unlock(&f->lock);
-    return 0;
-}
-
-static int async_wait(tzr_sink *s, uint64_t fence) {
-    async_sink *f = (async_sink *)s;
-    int slot = (int)(fence >> 40) - 1;
-    pthread_mutex_lock(&f->lock);
-    while (f->done < (fence & ((1ull << 40) - 1))) pthread_cond_wait(&f->cond, &f->lock);
-    size_t keep = 0;
-    for (size_t k = 0; k < f->nranges; k++) {
-        if (f->ranges[k].slot == slot) memset((void *)f->ranges[k].p, 0xEE, f->ranges[k].n);
-        else f->ranges[keep++] = f->ranges[k];
-    }
-    f->nranges = keep;
-    pthread_mutex_unlock(&f->lock);
-    return 0;
-}
-
-static void async_destroy(tzr_sink *s) {
-    async_sink *f = (async_sink *)s;
-    pthread_mutex_lock(&f->lock);
-    f->stop = 1;
-    pthread_cond_broadcast(&f->cond);
-    pthread_mutex_unlock(&f->lock);
-    pthread_join(f->th, NULL);
-    for (size_t i = 0; i < NBIG; i++) {
-        free(f->dst[i]);
-        free(f->writes[i]);
-    }
-    free(f);
-}
-
-static async_sink *async_new(void) {
-    async_sink *f = calloc(1, sizeof *f);
-    pthread_mutex_init(&f->lock, NULL);
-    pthread_cond_init(&f->cond, NULL);
-    f->seed = (unsigned)time(NULL);
-    f->base.begin_tensor = async_begin;
-    f->base.submit = async_submit;
-    f->base.fence = async_fence;
-    f->base.wait = async_wait;
-    f->base.destroy = async_destroy;
-    f->base.name = "async";
-    pthread_create(&f->th, NULL, async_main, f);
-    return f;
-}
-
 static void pipeline_async_sink(void) {
     for (int enc = 0; enc < 2; enc++)
         for (int verify = 0; verify < 2; verify++)
             for (int round = 0; round < 2; round++) {
                 tzr_reader *r = open_r(enc ? big_enc_path : big_path, enc ? KEY : NULL, verify);
                 if (!r) return;
-                async_sink *f = async_new();
+                fake_sink *f = fake_sink_new(NBIG);
                 tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
                 o.chunk_bytes = round ? (1 << 20) : 65536;
                 o.ring_bytes = 4 * o.chunk_bytes;
