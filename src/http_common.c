@@ -165,7 +165,7 @@ double tzr_http_backoff_s(int attempt) {
     if (base > 5.0) base = 5.0;
     /* Full jitter in [base/2, base]. rand_r with a per-thread seed. */
     static _Thread_local unsigned seed;
-    if (!seed) seed = (unsigned)(tzr_now_s() * 1e6) ^ (unsigned)(uintptr_t)&seed;
+    if (!seed) seed = (unsigned)((uint64_t)(tzr_now_s() * 1e6) & 0xFFFFFFFFu) ^ (unsigned)(uintptr_t)&seed;
     double r = (double)rand_r(&seed) / RAND_MAX;
     return base / 2 + r * base / 2;
 }
