@@ -80,7 +80,7 @@ $(BUILD)/fuzz/%_replay: fuzz/%.c fuzz/replay_main.c $(BUILD)/libtzr.a
 
 $(BUILD)/libtzr.pc: Makefile
 	@mkdir -p $(BUILD)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libtzr\nDescription: read and write tensorizer .tensors checkpoints\nVersion: 0.1.0\nRequires.private: %s\nLibs: -L$${libdir} -ltzr\nLibs.private: -lpthread -ldl -lm\nCflags: -I$${includedir}\n' \
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libtzr\nDescription: read and write tensorizer .tensors checkpoints\nVersion: 0.1.0\nRequires.private: %s\nLibs: -L$${libdir} -ltzr\nLibs.private: -lpthread -ldl -lm $(MPI_LIBS)\nCflags: -I$${includedir}\n' \
 	  "$(PREFIX)" "$(PKGS)" > $@
 
 # A fake CUDA runtime (host memory, asynchronous streams) for GPU-less tests.
@@ -126,7 +126,7 @@ install: all
 	install -m 644 $(BUILD)/libtzr.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libtzr.so.$(SOVER) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libtzr.so.$(SOVER) $(DESTDIR)$(PREFIX)/lib/libtzr.so
-	install -m 644 $(BUILD)/libtzr.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/libtzr.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libtzr.pc
 	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
 
 clean:

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# make install PREFIX=... gives headers, both libraries, the tools and a
+# pkg-config file that a program can build and run against.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+. tests/util/lib.sh
+P="$T/prefix"
+make -s BUILD="$BUILD" install PREFIX="$P" > "$T/install.log" 2>&1
+check install_succeeds test $? = 0
+check install_layout sh -c "test -f $P/include/tzr.h && test -f $P/lib/libtzr.a && test -L $P/lib/libtzr.so && test -f $P/lib/libtzr.so.0 && test -x $P/bin/tensorize && test -x $P/bin/detensorize"
+check pkgconfig_prefix grep -q "^prefix=$P\$" "$P/lib/pkgconfig/libtzr.pc"
+cat > "$T/use.c" <<'C'
+#include <stdio.h>
+#include <tzr.h>
+int main(int argc, char **argv) {
+    tzr_reader *r;
+    if (tzr_reader_open(&r, argv[1], NULL)) { fprintf(stderr, "%s\n", tzr_last_error()); return 1; }
+    printf("%zu %s\n", tzr_reader_count(r), tzr_reader_tensor(r, 0)->name);
+    tzr_reader_free(r);
+    return tzr_version_number() == TZR_VERSION_NUMBER ? 0 : 1;
+}
+C
+# Sanitizer builds (make asan/ubsan/tsan) need the same runtime in the program.
+san=
+nm -D "$P/lib/libtzr.so.0" | grep -q __asan_init && san="-fsanitize=address,undefined"
+[ -z "$san" ] && nm -D "$P/lib/libtzr.so.0" | grep -q __tsan_init && san="-fsanitize=thread"
+[ -z "$san" ] && nm -D "$P/lib/libtzr.so.0" | grep -q __ubsan_handle && san="-fsanitize=undefined"
+cc=cc
+[ -n "$san" ] && cc=clang
+$cc $san "$T/use.c" $(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config --cflags --libs libtzr) -Wl,-rpath,"$P/lib" -o "$T/use" 2> "$T/cc.log"
+check builds_against_pkgconfig test -x "$T/use"
+check runs_against_shared_lib sh -c "'$T/use' tests/golden/plain_v1.tensors | grep -q '^6 layer.weight$'"
+check soname sh -c "readelf -d '$P/lib/libtzr.so.0' | grep -q 'SONAME.*libtzr.so.0'"
+if [ -z "$san" ]; then # sanitizer runtimes export their own symbols
+    check only_tzr_symbols_exported sh -c "! nm -D --defined-only '$P/lib/libtzr.so.0' | awk '\$2 == \"T\" {print \$3}' | grep -v '^tzr_'"
+fi
+exit 0
