@@ -31,6 +31,13 @@ $TZ -q "$T/a.safetensors" "$T/b.safetensors" -o "$T/ab.tensors"
 python3 tests/util/ref_tensors.py from-safetensors "$T/a.safetensors" "$T/b.safetensors" "$T/ab.ref"
 check tensorize_two_inputs_in_order cmp "$T/ab.tensors" "$T/ab.ref"
 
+# A .tensors input is rewritten as it was: the unencrypted goldens come
+# back byte for byte (names, types, module indices, meta tensors).
+for g in plain_v1 structured_v1 bf16_v2 meta_v4; do
+    $TZ -q "tests/golden/$g.tensors" -o "$T/re_$g.tensors"
+    check "tensorize_rewrites_golden_$g" cmp "$T/re_$g.tensors" "tests/golden/$g.tensors"
+done
+
 # --list --json agrees with the safetensors header; --sha256 with hashlib.
 $DT "$T/a.tensors" --list --json --sha256 > "$T/a.json"
 check list_json_matches_input python3 - "$T/a.safetensors" "$T/a.json" <<'PY'

@@ -77,9 +77,11 @@ static int add_safetensors(tzr_writer *w, const char *path, progress_state *ps) 
     return rc;
 }
 
-static int add_tensors(tzr_writer *w, const char *path, const tzr_crypt_params *cp, progress_state *ps) {
+/* Re-write a (plain) .tensors input tensor by tensor, keeping its names,
+ * types, module indices and dtype strings. */
+static int add_tensors(tzr_writer *w, const char *path, progress_state *ps) {
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
-    (void)cp;
+    ro.read_headers = 1; /* module indices live in the headers */
     tzr_reader *r;
     int rc = tzr_reader_open(&r, path, &ro);
     if (rc) return rc;
@@ -211,7 +213,7 @@ int main(int argc, char **argv) {
     if (rc) return cli_lib_error(rc);
     cli_progress_begin(&ps.bar, "tensorize", total);
     for (int i = optind; i < argc && !rc; i++)
-        rc = is_tensors_file(argv[i]) ? add_tensors(w, argv[i], &wo.crypt, &ps) : add_safetensors(w, argv[i], &ps);
+        rc = is_tensors_file(argv[i]) ? add_tensors(w, argv[i], &ps) : add_safetensors(w, argv[i], &ps);
     cli_progress_end(&ps.bar);
     if (rc) {
         /* Keep the message: aborting may call into the library again. */
