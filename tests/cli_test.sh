@@ -5,9 +5,6 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . tests/util/lib.sh
-TZ=$BUILD/tensorize
-DT=$BUILD/detensorize
-export TZR_NO_PROGRESS=1
 command -v python3 >/dev/null || { echo "python3 missing" >&2; exit 77; }
 
 check ref_oracle_matches_golden python3 tests/util/ref_tensors.py check-golden tests/golden

@@ -5,9 +5,6 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . tests/util/lib.sh
-TZ=$BUILD/tensorize
-DT=$BUILD/detensorize
-export TZR_NO_PROGRESS=1
 command -v python3 >/dev/null || { echo "python3 missing" >&2; exit 77; }
 python3 tests/util/make_safetensors.py "$T/a.safetensors" 1
 $TZ -q "$T/a.safetensors" -o "$T/plain.tensors"

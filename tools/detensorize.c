@@ -46,15 +46,21 @@ typedef struct opts {
     size_t chunk, ring;
 } opts;
 
-/* Display form of a name: plain text, or the JSON array of a structured one. */
-static const char *shown_name(const tzr_tensor_info *t) { return t->structured ? t->name + 1 : t->name; }
+/* Display form of stored name bytes: plain text, or the JSON array of a
+ * structured (0x1E-prefixed) one. Used for tensors and shard manifests. */
+static const char *shown(const char *name, size_t len) {
+    return len && (unsigned char)name[0] == 0x1E ? name + 1 : name;
+}
+static const char *shown_name(const tzr_tensor_info *t) { return shown(t->name, t->name_len); }
 
-static int selected(const opts *o, const tzr_tensor_info *t) {
+static int matches(const opts *o, const char *name) {
     if (o->nfilters == 0) return 1;
     for (int k = 0; k < o->nfilters; k++)
-        if (cli_match(o->filters[k], shown_name(t))) return 1;
+        if (cli_match(o->filters[k], name)) return 1;
     return 0;
 }
+
+static int selected(const opts *o, const tzr_tensor_info *t) { return matches(o, shown_name(t)); }
 
 static int filter_cb(void *ctx, size_t index, const tzr_tensor_info *t) {
     (void)index;
@@ -65,11 +71,33 @@ static const char *type_name(tzr_tensor_type t) {
     return t == TZR_PARAM ? "param" : t == TZR_BUFFER ? "buffer" : "state_dict";
 }
 
-static void shape_text(const tzr_tensor_info *t, char *buf, size_t cap) {
+static const char *dtype_shown(tzr_dtype d, const char *raw) {
+    return d != TZR_DTYPE_UNKNOWN ? tzr_dtype_name(d) : raw;
+}
+
+static void shape_text(const uint64_t *shape, uint32_t ndim, char *buf, size_t cap) {
     size_t o = (size_t)snprintf(buf, cap, "[");
-    for (uint32_t d = 0; d < t->ndim && o < cap; d++)
-        o += (size_t)snprintf(buf + o, cap - o, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+    for (uint32_t d = 0; d < ndim && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%llu", d ? ", " : "", (unsigned long long)shape[d]);
     if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+/* JSON for a name: a string, or the array a structured name holds. */
+static json_t *name_json(const char *name, size_t len) {
+    json_t *v = len && (unsigned char)name[0] == 0x1E ? json_loadb(name + 1, len - 1, 0, NULL) : json_stringn(name, len);
+    return v ? v : json_null();
+}
+
+static json_t *shape_json(const uint64_t *shape, uint32_t ndim) {
+    json_t *a = json_array();
+    for (uint32_t d = 0; d < ndim; d++) json_array_append_new(a, json_integer((json_int_t)shape[d]));
+    return a;
+}
+
+static void print_json(json_t *arr) {
+    json_dumpf(arr, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII);
+    fputc('\n', stdout);
+    json_decref(arr);
 }
 
 /* ---- progress ------------------------------------------------------- */
@@ -176,8 +204,8 @@ static int list_table(const opts *o, tzr_reader *r, char (*hex)[65]) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;
         char shape[256];
-        shape_text(t, shape, sizeof shape);
-        const char *dt = t->dtype != TZR_DTYPE_UNKNOWN ? tzr_dtype_name(t->dtype) : t->dtype_str;
+        shape_text(t->shape, t->ndim, shape, sizeof shape);
+        const char *dt = dtype_shown(t->dtype, t->dtype_str);
         char zcol[40] = "";
         if (z)
             snprintf(zcol, sizeof zcol, " %12llu %-5s", (unsigned long long)t->stored_length,
@@ -195,15 +223,11 @@ static int list_json(const opts *o, tzr_reader *r, char (*hex)[65]) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;
         json_t *obj = json_object();
-        json_t *name = t->structured ? json_loadb(t->name + 1, t->name_len - 1, 0, NULL)
-                                     : json_stringn(t->name, t->name_len);
-        json_object_set_new(obj, "name", name ? name : json_null());
+        json_object_set_new(obj, "name", name_json(t->name, t->name_len));
         json_object_set_new(obj, "type", json_string(type_name(t->type)));
         json_object_set_new(obj, "module_idx", json_integer(t->module_idx));
         json_object_set_new(obj, "dtype", json_stringn(t->dtype_str, t->dtype_len));
-        json_t *shape = json_array();
-        for (uint32_t d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
-        json_object_set_new(obj, "shape", shape);
+        json_object_set_new(obj, "shape", shape_json(t->shape, t->ndim));
         json_object_set_new(obj, "data_length", json_integer((json_int_t)t->data_length));
         json_object_set_new(obj, "stored_length", json_integer((json_int_t)t->stored_length));
         json_object_set_new(obj, "compression", json_string(t->compression == TZR_COMPRESSION_ZSTD ? "zstd"
@@ -212,9 +236,7 @@ static int list_json(const opts *o, tzr_reader *r, char (*hex)[65]) {
         if (hex) json_object_set_new(obj, "data_sha256", json_string(hex[i]));
         json_array_append_new(arr, obj);
     }
-    json_dumpf(arr, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII);
-    fputc('\n', stdout);
-    json_decref(arr);
+    print_json(arr);
     return EXIT_OK;
 }
 
@@ -352,7 +374,7 @@ static int do_export(const opts *o, tzr_reader *r) {
         if (!selected(o, t)) continue;
         if (!tzr_st_dtype_name(t->dtype)) {
             cli_error("%s: tensor '%s': dtype %s has no safetensors equivalent", o->file, shown_name(t),
-                      t->dtype != TZR_DTYPE_UNKNOWN ? tzr_dtype_name(t->dtype) : t->dtype_str);
+                      dtype_shown(t->dtype, t->dtype_str));
             rc = TZR_ENOTSUP;
             break;
         }
@@ -406,16 +428,7 @@ static int is_manifest(const char *path) {
     return n > m && strcmp(path + n - m, TZR_SHARD_MANIFEST_SUFFIX) == 0;
 }
 
-static const char *shard_shown(const tzr_shard_tensor *t) {
-    return t->name_len && (unsigned char)t->name[0] == 0x1E ? t->name + 1 : t->name;
-}
-
-static int shard_selected(const opts *o, const tzr_shard_tensor *t) {
-    if (o->nfilters == 0) return 1;
-    for (int k = 0; k < o->nfilters; k++)
-        if (cli_match(o->filters[k], shard_shown(t))) return 1;
-    return 0;
-}
+static const char *shard_shown(const tzr_shard_tensor *t) { return shown(t->name, t->name_len); }
 
 static int shard_list(const opts *o, tzr_shard_set *set) {
     size_t n = tzr_shard_count(set);
@@ -423,39 +436,29 @@ static int shard_list(const opts *o, tzr_shard_set *set) {
         json_t *arr = json_array();
         for (size_t i = 0; i < n; i++) {
             const tzr_shard_tensor *t = tzr_shard_tensor_at(set, i);
-            if (!shard_selected(o, t)) continue;
+            if (!matches(o, shard_shown(t))) continue;
             json_t *obj = json_object();
-            int structured = t->name_len && (unsigned char)t->name[0] == 0x1E;
-            json_t *name = structured ? json_loadb(t->name + 1, t->name_len - 1, 0, NULL)
-                                      : json_stringn(t->name, t->name_len);
-            json_object_set_new(obj, "name", name ? name : json_null());
+            json_object_set_new(obj, "name", name_json(t->name, t->name_len));
             json_object_set_new(obj, "dtype", json_stringn(t->dtype_str, t->dtype_len));
-            json_t *shape = json_array();
-            for (uint32_t d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
-            json_object_set_new(obj, "shape", shape);
+            json_object_set_new(obj, "shape", shape_json(t->shape, t->ndim));
             json_object_set_new(obj, "nbytes", json_integer((json_int_t)t->nbytes));
             json_object_set_new(obj, "split_dim", t->dim == TZR_SHARD_REPLICATED ? json_null() : json_integer(t->dim));
             json_array_append_new(arr, obj);
         }
-        json_dumpf(arr, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII);
-        fputc('\n', stdout);
-        json_decref(arr);
+        print_json(arr);
         return EXIT_OK;
     }
     printf("%s: %d shards, %zu tensors\n", o->file, tzr_shard_nshards(set), n);
     printf("%6s  %-40s %-16s %-20s %12s  %s\n", "#", "name", "dtype", "shape", "bytes", "split");
     for (size_t i = 0; i < n; i++) {
         const tzr_shard_tensor *t = tzr_shard_tensor_at(set, i);
-        if (!shard_selected(o, t)) continue;
+        if (!matches(o, shard_shown(t))) continue;
         char shape[256];
-        size_t k = (size_t)snprintf(shape, sizeof shape, "[");
-        for (uint32_t d = 0; d < t->ndim && k < sizeof shape; d++)
-            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
-        if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
+        shape_text(t->shape, t->ndim, shape, sizeof shape);
         char split[32];
         if (t->dim == TZR_SHARD_REPLICATED) snprintf(split, sizeof split, "replicated");
         else snprintf(split, sizeof split, "dim %d", t->dim);
-        const char *dt = t->dtype != TZR_DTYPE_UNKNOWN ? tzr_dtype_name(t->dtype) : t->dtype_str;
+        const char *dt = dtype_shown(t->dtype, t->dtype_str);
         printf("%6zu  %-40s %-16s %-20s %12llu  %s\n", i, shard_shown(t), dt, shape, (unsigned long long)t->nbytes,
                split);
     }
@@ -490,7 +493,7 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
     for (size_t i = 0; i < res->count && !rc; i++) {
         const tzr_shard_piece *pc = &res->pieces[i];
         const tzr_shard_tensor *t = tzr_shard_tensor_at(set, pc->tensor);
-        if (!shard_selected(o, t)) continue;
+        if (!matches(o, shard_shown(t))) continue;
         if (!tzr_st_dtype_name(pc->dtype)) {
             cli_error("%s: tensor '%s' has no safetensors dtype", o->file, shard_shown(t));
             rc = TZR_ENOTSUP;

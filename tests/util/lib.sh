@@ -1,5 +1,8 @@
 # Helpers for shell tests: one line per case, as tests/run.sh counts them.
 BUILD=${BUILD:-build}
+TZ=$BUILD/tensorize
+DT=$BUILD/detensorize
+export TZR_NO_PROGRESS=1
 T=$(mktemp -d /tmp/tzr-sh-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 pass() { echo "PASS $1"; }
