@@ -253,6 +253,7 @@ int tzr_reader_header(tzr_reader *r, size_t i, const tzr_tensor_header **h) {
 
 int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigned char *want) {
     uint8_t *buf = NULL;
+    size_t cap = 0;
     int rc = 0;
     size_t i = from;
     if (to > r->n) to = r->n;
@@ -273,11 +274,14 @@ int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigne
             end = r->t[j].info.data_offset;
             j++;
         }
-        if (!buf && !(buf = malloc((size_t)(end - start > HEADER_SPAN ? end - start : HEADER_SPAN))))
-            return tzr_fail(TZR_ENOMEM, "out of memory");
-        if (end - start > HEADER_SPAN) { /* one huge header (many MACs) */
-            free(buf);
-            if (!(buf = malloc((size_t)(end - start)))) return tzr_fail(TZR_ENOMEM, "out of memory");
+        if (end - start > cap) { /* grows to the largest batch (or one huge header) */
+            uint8_t *grown = realloc(buf, (size_t)(end - start));
+            if (!grown) {
+                free(buf);
+                return tzr_fail(TZR_ENOMEM, "out of memory");
+            }
+            buf = grown;
+            cap = (size_t)(end - start);
         }
         rc = r->src->read_at(r->src, buf, (size_t)(end - start), start);
         if (rc) {
@@ -291,10 +295,6 @@ int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigne
                                            (size_t)(t->data_offset - t->header_offset));
         }
         i = j;
-        if (end - start > HEADER_SPAN) {
-            free(buf);
-            buf = NULL;
-        }
     }
     free(buf);
     return rc;
