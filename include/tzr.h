@@ -185,6 +185,10 @@ struct tzr_source {
      * their destinations with one call. Same return codes as read_at. */
     int (*readv_at)(tzr_source *src, const tzr_iovec *iov, int iovcnt, uint64_t off);
     void *ctx;              /* implementation data */
+    /* Each read costs a request (a round trip, server CPU): the loader then
+     * packs tensors into as few reads of preferred_chunk bytes as it can,
+     * copying from staging rather than issuing one read per tensor. */
+    int pack_reads;
 };
 
 enum {

@@ -56,16 +56,26 @@ SURL="s3://bench/m.tensors"
 # ---- baselines ----------------------------------------------------------------
 # parallel ranged curl: one curl process, P connections kept alive, 8 MiB
 # ranges (curl --parallel); Swift through a presigned URL, as tensorizer
-# itself reads S3.
+# itself reads S3. Each range is its own option group (`next`): a config
+# without it applies the last `range` to every URL. The bytes received are
+# summed and must equal the object size, or the baseline is refused.
 par_curl() { # url P
-    local url=$1 p=$2 r=$((8 << 20)) s=0 e
+    local url=$1 p=$2 r=$((8 << 20)) s=0 e got
     : > "$T/curl.cfg"
     while [ "$s" -lt "$SIZE" ]; do
         e=$((s + r - 1)); [ "$e" -ge "$SIZE" ] && e=$((SIZE - 1))
-        printf 'url = "%s"\nrange = "%d-%d"\noutput = "/dev/null"\n' "$url" "$s" "$e" >> "$T/curl.cfg"
+        [ "$s" -gt 0 ] && echo next >> "$T/curl.cfg"
+        printf 'url = "%s"\nrange = "%d-%d"\noutput = "/dev/null"\nwrite-out = "%%{size_download}\\n"\n' \
+            "$url" "$s" "$e" >> "$T/curl.cfg"
         s=$((e + 1))
     done
-    curl -sf --no-progress-meter --parallel --parallel-max "$p" -K "$T/curl.cfg" 2>/dev/null
+    got=$(curl -sf --no-progress-meter --parallel --parallel-max "$p" -K "$T/curl.cfg" | awk '{n += $1} END {print n + 0}')
+    [ "$got" = "$SIZE" ] || { echo "curl baseline received $got of $SIZE bytes" >&2; exit 1; }
+}
+one_curl() { # url: one plain GET of the whole object
+    local got
+    got=$(curl -sf --no-progress-meter -o /dev/null -w '%{size_download}' "$1")
+    [ "$got" = "$SIZE" ] || { echo "curl baseline received $got of $SIZE bytes" >&2; exit 1; }
 }
 best=0
 row() { printf '| %-8s | %-36s | %7.3f | %6s |\n' "$1" "$2" "$(python3 -c "print(($4-$3)/1e9)")" "$(gbps "$SIZE" "$3" "$4")"; }
@@ -76,7 +86,10 @@ declare -A BEST
 for origin in nginx swift; do
     b=0
     if [ "$origin" = nginx ]; then url=$NURL; else url=$(aws s3 presign "$SURL"); fi
-    for p in 1 16 32; do
+    t0=$(now_ns); one_curl "$url"; t1=$(now_ns)
+    row "$origin" "curl, whole object, one stream" "$t0" "$t1"
+    g=$(gbps "$SIZE" "$t0" "$t1"); b=$(python3 -c "print(max($b, $g))")
+    for p in 1 4 16 32; do
         t0=$(now_ns); par_curl "$url" "$p"; t1=$(now_ns)
         row "$origin" "curl, 8 MiB ranges, $p in parallel" "$t0" "$t1"
         g=$(gbps "$SIZE" "$t0" "$t1"); b=$(python3 -c "print(max($b, $g))")

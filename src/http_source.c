@@ -445,6 +445,7 @@ int tzr_source_open_url(tzr_source **out, const char *url, const tzr_http_option
     h->base.name = h->name;
     h->base.preferred_chunk = o->range_bytes;
     h->base.preferred_inflight = o->max_inflight;
+    h->base.pack_reads = 1;
     h->base.ctx = h;
     *out = &h->base;
     return 0;

@@ -44,8 +44,7 @@
  * straight into host destinations (a staging copy would cost more than the
  * extra read call saves). */
 #define COALESCE_MAX ((uint64_t)1 << 20)
-/* Slots beyond a few per thread add no overlap for synchronous reads, only
- * first-touch page faults; asynchronous sinks get 4 per thread. */
+/* Asynchronous sinks (with fences) get up to 4 slots per thread. */
 #define SLOTS_PER_THREAD 4
 #define MAX_THREADS 64
 #define MAX_FORCED_SLOT ((size_t)64 << 20)
@@ -617,6 +616,69 @@ static int plan_compressed(pipeline *p, size_t i, size_t chunk, size_t ring, siz
     return rc;
 }
 
+/* Sources with costly reads (pack_reads): the data stream is cut into
+ * reads of `chunk` bytes wherever the layout allows, so a read usually
+ * holds the tail of one tensor, small tensors whole and the head of the
+ * next. A unit that would hold one tensor's chunk alone starts at its
+ * data (read in place, no copy) unless headers are wanted (verify). */
+static int plan_packed(pipeline *p, size_t chunk, size_t ring, size_t *pcap, size_t *ucap) {
+    int open = 0, rc = 0;
+    uint64_t uoff = 0, uend = 0;
+    size_t ufirst = 0;
+    for (size_t i = 0; i < p->n && !rc; i++) {
+        if (!p->ts[i].selected) continue;
+        const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
+        if (t->data_length == 0) continue;
+        if (t->compression == TZR_COMPRESSION_ZSTD) {
+            if (open && (rc = add_unit(p, ucap, uoff, uend - uoff, ufirst))) break;
+            open = 0;
+            rc = plan_compressed(p, i, chunk, ring, pcap, ucap);
+            continue;
+        }
+        uint64_t cs = 0; /* pieces hold whole crypt chunks (or the whole box) */
+        if (t->encrypted) {
+            const tzr_tensor_header *h;
+            if ((rc = tzr_reader_header(p->r, i, &h))) break;
+            cs = h->crypt.num_macs > 1 ? h->crypt.chunk_size : t->data_length;
+        }
+        uint64_t toff = 0;
+        while (toff < t->data_length && !rc) {
+            uint64_t dstart = t->data_offset + toff, left = t->data_length - toff;
+            /* A tensor's first piece joins the open unit across its header. */
+            if (open && toff == 0 &&
+                (t->header_offset < uend || t->header_offset - uend > MAX_GAP || dstart >= uoff + chunk)) {
+                if ((rc = add_unit(p, ucap, uoff, uend - uoff, ufirst))) break;
+                open = 0;
+            }
+            if (!open) {
+                uoff = toff == 0 && (left < chunk || p->verify) ? t->header_offset : dstart;
+                if (dstart - uoff >= chunk) uoff = dstart; /* a header larger than a read */
+                ufirst = p->npieces;
+                open = 1;
+            }
+            uint64_t len = uoff + chunk - dstart;
+            if (len > left) len = left;
+            if (cs && len < left) len -= len % cs;
+            if (len == 0 && p->npieces > ufirst) { /* no whole crypt chunk fits: next unit */
+                if ((rc = add_unit(p, ucap, uoff, uend - uoff, ufirst))) break;
+                open = 0;
+                continue;
+            }
+            if (len == 0) len = left < cs ? left : cs; /* one crypt chunk above `chunk` */
+            rc = add_piece(p, pcap, i, toff, len, dstart - uoff);
+            p->ts[i].pieces_total++;
+            uend = dstart + len;
+            toff += len;
+            if (!rc && uend - uoff >= chunk) {
+                rc = add_unit(p, ucap, uoff, uend - uoff, ufirst);
+                open = 0;
+            }
+        }
+    }
+    if (!rc && open) rc = add_unit(p, ucap, uoff, uend - uoff, ufirst);
+    return rc;
+}
+
 /* Cut the selected tensors' data into units and pieces. */
 static int plan(pipeline *p, size_t chunk, size_t ring) {
     size_t pcap = 0, ucap = 0;
@@ -624,6 +686,10 @@ static int plan(pipeline *p, size_t chunk, size_t ring) {
     uint64_t uoff = 0, uend = 0;
     size_t ufirst = 0;
     int rc = 0;
+    if (tzr_reader_source(p->r)->pack_reads) {
+        rc = plan_packed(p, chunk, ring, &pcap, &ucap);
+        goto assign;
+    }
     for (size_t i = 0; i < p->n && !rc; i++) {
         if (!p->ts[i].selected) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
@@ -681,6 +747,7 @@ static int plan(pipeline *p, size_t chunk, size_t ring) {
         }
     }
     if (!rc && open_unit) rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst);
+assign:
     if (rc) return rc;
     for (size_t u = 0; u < p->nunits; u++) {
         unit *un = &p->units[u];
@@ -803,7 +870,11 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             rc = tzr_fail(TZR_ELIMIT, "%s: a tensor needs a %zu-byte read, above half the %zu-byte ring budget",
                           src->name, p->slot_size, ring);
         p->nslots = (int)(ring / p->slot_size);
-        if (p->nslots > SLOTS_PER_THREAD * nthreads) p->nslots = SLOTS_PER_THREAD * nthreads;
+        /* A synchronous sink frees a slot once its unit is processed: one
+         * per thread and two spare suffice, and every further slot would
+         * only cost first-touch page faults. */
+        int most = sink->fence ? SLOTS_PER_THREAD * nthreads : nthreads + 2;
+        if (p->nslots > most) p->nslots = most;
         if (p->nslots < 2) p->nslots = 2;
         if ((size_t)p->nslots > p->nunits) p->nslots = p->nunits ? (int)p->nunits : 1;
     }
