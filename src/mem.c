@@ -51,9 +51,11 @@ typedef struct arena_block {
 void *tzr_arena_alloc(tzr_arena *a, size_t len) {
     len = (len + 15) & ~(size_t)15;
     if (len > a->left) {
-        size_t size = len + sizeof(arena_block) > TZR_ARENA_BLOCK ? len + sizeof(arena_block) : TZR_ARENA_BLOCK;
-        arena_block *b = tzr_alloc_big(size);
+        size_t grow = a->block_size ? a->block_size : TZR_ARENA_FIRST;
+        size_t size = len + sizeof(arena_block) + 16 > grow ? len + sizeof(arena_block) + 16 : grow;
+        arena_block *b = malloc(size);
         if (!b) return NULL;
+        a->block_size = grow < TZR_ARENA_BLOCK ? 2 * grow : grow;
         b->next = a->blocks;
         a->blocks = b;
         a->next = (uint8_t *)b + ((sizeof *b + 15) & ~(size_t)15);

@@ -9,12 +9,16 @@ TZR_HIDDEN void *tzr_calloc_big(size_t n, size_t size);
  * (p is then untouched). */
 TZR_HIDDEN void *tzr_grow_big(void *p, size_t old_len, size_t new_len);
 
-/* Bump allocator for many small objects freed together. Not thread-safe. */
+/* Bump allocator for many small objects freed together. Not thread-safe.
+ * Blocks grow from 64 KiB to 2 MiB: a small file never touches (and pays
+ * first-touch faults for) more than it uses. */
+#define TZR_ARENA_FIRST ((size_t)64 << 10)
 #define TZR_ARENA_BLOCK ((size_t)2 << 20)
 typedef struct tzr_arena {
     void *blocks;
     uint8_t *next;
     size_t left;
+    size_t block_size; /* of the next block; 0: TZR_ARENA_FIRST */
 } tzr_arena;
 TZR_HIDDEN void *tzr_arena_alloc(tzr_arena *a, size_t len);
 TZR_HIDDEN void tzr_arena_free(tzr_arena *a);

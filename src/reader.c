@@ -396,7 +396,7 @@ static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len) {
     uint64_t n = r->fh.tensor_count;
     r->n = (size_t)n;
     r->t = tzr_calloc_big(n ? n : 1, sizeof *r->t);
-    r->dims = tzr_calloc_big((size_t)(len / 4) + 1, sizeof *r->dims);
+    r->dims = malloc(((size_t)(len / 4) + 1) * sizeof *r->dims); /* filled as entries parse */
     r->nbuckets = 16;
     while (r->nbuckets < 2 * n) r->nbuckets *= 2;
     r->buckets = tzr_calloc_big(r->nbuckets, sizeof *r->buckets);
