@@ -3,7 +3,7 @@
 #include "internal.h"
 /* malloc for large buffers: huge-page aligned and advised; free() frees. */
 TZR_HIDDEN void *tzr_alloc_big(size_t len);
-/* Zeroed, overflow-checked tzr_alloc_big. */
+/* Zeroed and overflow-checked (calloc; not huge-page advised). */
 TZR_HIDDEN void *tzr_calloc_big(size_t n, size_t size);
 /* A larger copy of p (old_len bytes kept); p is freed. NULL on failure
  * (p is then untouched). */
@@ -18,7 +18,8 @@ typedef struct tzr_arena {
     void *blocks;
     uint8_t *next;
     size_t left;
-    size_t block_size; /* of the next block; 0: TZR_ARENA_FIRST */
+    size_t block_size; /* of the next block; 0: TZR_ARENA_FIRST; a caller
+                          that knows what it will need may set it */
 } tzr_arena;
 TZR_HIDDEN void *tzr_arena_alloc(tzr_arena *a, size_t len);
 TZR_HIDDEN void tzr_arena_free(tzr_arena *a);

@@ -45,7 +45,17 @@ static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
 
 int tzr_utf8_valid(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
+    size_t i = 0;
+    /* ASCII fast path, 8 bytes at a time: names are nearly always ASCII. */
+    for (uint64_t w; i + 8 <= n; i += 8) {
+        memcpy(&w, u + i, 8);
+        if (w & 0x8080808080808080ull) break;
+    }
+    while (i < n) {
+        if (u[i] < 0x80) {
+            i++;
+            continue;
+        }
         uint32_t cp;
         size_t k = utf8_next(u + i, n - i, &cp);
         if (!k) return 0;

@@ -80,27 +80,41 @@ static int find_slot(const tzr_reader *r, const char *name, size_t len, size_t *
     return TZR_ENOTFOUND;
 }
 
+/* The last valid dtype seen while parsing the index. */
+typedef struct dtype_memo {
+    char *dtype; /* arena copy; NULL before the first */
+    size_t dtype_len;
+    tzr_dtype parsed;
+    uint32_t itemsize;
+    int opaque;
+} dtype_memo;
+
 /* Index entry e becomes tensor i; every field is checked before use. */
 static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_t entry_off,
-                      uint64_t data_start, uint64_t *prev_end, size_t *dims_used) {
+                      uint64_t data_start, uint64_t *prev_end, size_t *dims_used, dtype_memo *memo) {
     tensor_slot *s = &r->t[i];
     tzr_tensor_info *t = &s->info;
-    char nb[TZR_NAMEBUF];
-    const char *shown = tzr_printable((const char *)e->name, e->name_len, nb, sizeof nb);
+    /* The printable name is made only for a message: this runs per tensor. */
 #define BAD(code, ...)                                                                                    \
     do {                                                                                                  \
-        char m_[512];                                                                                     \
+        char m_[512], nb_[TZR_NAMEBUF];                                                                   \
         snprintf(m_, sizeof m_, __VA_ARGS__);                                                             \
-        return tzr_fail(code, "%s: tensor '%s' (index entry %zu at offset %llu): %s", r->src->name, shown, \
-                        i, (unsigned long long)entry_off, m_);                                            \
+        return tzr_fail(code, "%s: tensor '%s' (index entry %zu at offset %llu): %s", r->src->name,       \
+                        tzr_printable((const char *)e->name, e->name_len, nb_, sizeof nb_), i,             \
+                        (unsigned long long)entry_off, m_);                                               \
     } while (0)
     char *name = tzr_arena_alloc(&r->strings, (size_t)e->name_len + 1);
-    char *dtype = tzr_arena_alloc(&r->strings, (size_t)e->dtype_len + 1);
-    if (!name || !dtype) return tzr_fail(TZR_ENOMEM, "out of memory");
+    if (!name) return tzr_fail(TZR_ENOMEM, "out of memory");
     memcpy(name, e->name, e->name_len);
     name[e->name_len] = 0;
-    memcpy(dtype, e->dtype, e->dtype_len);
-    dtype[e->dtype_len] = 0;
+    /* Checkpoints repeat a few dtypes: one copy, parsed once. */
+    int same_dtype = memo->dtype && memo->dtype_len == e->dtype_len && memcmp(memo->dtype, e->dtype, e->dtype_len) == 0;
+    char *dtype = same_dtype ? memo->dtype : tzr_arena_alloc(&r->strings, (size_t)e->dtype_len + 1);
+    if (!dtype) return tzr_fail(TZR_ENOMEM, "out of memory");
+    if (!same_dtype) {
+        memcpy(dtype, e->dtype, e->dtype_len);
+        dtype[e->dtype_len] = 0;
+    }
     t->name = name;
     t->name_len = e->name_len;
     t->dtype_str = dtype;
@@ -111,8 +125,19 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
     if (t->structured && e->type != TZR_STATE_DICT)
         BAD(TZR_EFORMAT, "structured names are only allowed on state_dict tensors");
     t->type = (tzr_tensor_type)e->type;
-    if (tzr_dtype_parse(dtype, e->dtype_len, &t->dtype, &t->itemsize, &t->opaque))
-        BAD(TZR_EFORMAT, "dtype: %s", tzr_last_error());
+    if (same_dtype) {
+        t->dtype = memo->parsed;
+        t->itemsize = memo->itemsize;
+        t->opaque = memo->opaque;
+    } else {
+        if (tzr_dtype_parse(dtype, e->dtype_len, &t->dtype, &t->itemsize, &t->opaque))
+            BAD(TZR_EFORMAT, "dtype: %s", tzr_last_error());
+        memo->dtype = dtype;
+        memo->dtype_len = e->dtype_len;
+        memo->parsed = t->dtype;
+        memo->itemsize = t->itemsize;
+        memo->opaque = t->opaque;
+    }
     t->ndim = e->ndim;
     t->numel = 1;
     /* Dims live in one pool sized by the index (4 bytes each on disk). */
@@ -149,10 +174,12 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
         BAD(TZR_EFORMAT, "data length %llu disagrees with shape and dtype (%llu bytes)",
             (unsigned long long)e->data_length, (unsigned long long)t->nbytes);
     *prev_end = end;
-    size_t found;
-    if (find_slot(r, name, e->name_len, &found) == 0) BAD(TZR_EDUP, "duplicate name (also entry %zu)", found);
     size_t b = (size_t)(hash_bytes(name, e->name_len) & (r->nbuckets - 1));
-    while (r->buckets[b]) b = (b + 1) & (r->nbuckets - 1);
+    for (; r->buckets[b]; b = (b + 1) & (r->nbuckets - 1)) {
+        const tzr_tensor_info *o = &r->t[r->buckets[b] - 1].info;
+        if (o->name_len == e->name_len && memcmp(o->name, name, e->name_len) == 0)
+            BAD(TZR_EDUP, "duplicate name (also entry %u)", r->buckets[b] - 1);
+    }
     r->buckets[b] = (uint32_t)(i + 1);
 #undef BAD
     return 0;
@@ -396,7 +423,7 @@ static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len) {
     uint64_t n = r->fh.tensor_count;
     r->n = (size_t)n;
     r->t = tzr_calloc_big(n ? n : 1, sizeof *r->t);
-    r->dims = malloc(((size_t)(len / 4) + 1) * sizeof *r->dims); /* filled as entries parse */
+    r->dims = tzr_alloc_big(((size_t)(len / 4) + 1) * sizeof *r->dims); /* filled as entries parse */
     r->nbuckets = 16;
     while (r->nbuckets < 2 * n) r->nbuckets *= 2;
     r->buckets = tzr_calloc_big(r->nbuckets, sizeof *r->buckets);
@@ -404,13 +431,15 @@ static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len) {
     tzr_cursor c = tzr_cursor_make(index, (size_t)len);
     uint64_t data_start = TZR_PROLOGUE_LEN + r->fh.metadata_len, prev_end = 0;
     size_t dims_used = 0;
+    dtype_memo memo = {0};
+    r->strings.block_size = (size_t)len + 64; /* names and dtypes fit in the index */
     for (size_t i = 0; i < n; i++) {
         tzr_index_entry e;
         size_t at = c.pos;
         if (tzr_parse_index_entry(&c, &e))
             return tzr_fail(TZR_EFORMAT, "%s: index entry %zu at offset %llu runs past the %llu-byte index",
                             r->src->name, i, (unsigned long long)(TZR_PROLOGUE_LEN + at), (unsigned long long)len);
-        int rc = load_entry(r, i, &e, TZR_PROLOGUE_LEN + at, data_start, &prev_end, &dims_used);
+        int rc = load_entry(r, i, &e, TZR_PROLOGUE_LEN + at, data_start, &prev_end, &dims_used, &memo);
         if (rc) return rc;
     }
     return 0;
