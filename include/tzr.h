@@ -289,7 +289,8 @@ typedef struct tzr_writer_options {
      * raw). The file gets feature flag bit 1 and data version 4, so
      * tensorizer refuses it; hashes still cover the uncompressed bytes. */
     int compression;          /* TZR_COMPRESSION_NONE (0) or _ZSTD */
-    int compression_level;    /* zstd level; 0 = 3 */
+    int compression_level;    /* zstd level; 0 = 1 (on byte planes, level 1 is
+                                 both smaller and faster to decode than 3) */
     uint64_t frame_size;      /* uncompressed bytes per frame; 0 = 4 MiB */
     int byte_planes;          /* TZR_PLANES_AUTO (0): split 2- and 4-byte
                                  dtypes into byte planes; TZR_PLANES_OFF */

@@ -127,6 +127,9 @@ typedef struct pipeline {
     uint64_t total_bytes;
     pthread_mutex_t progress_lock;
     size_t staging_bytes;
+    size_t header_batch;    /* tensors per phase-1 task */
+    size_t last_comp;       /* last selected compressed tensor, or (size_t)-1 */
+    int taper;              /* its last this many frames are units of their own */
 } pipeline;
 
 static const uint8_t zeros[1 << 16];
@@ -496,16 +499,18 @@ static void *worker(void *arg) {
 }
 
 /* Phase 1: headers of the selected tensors, in batches of consecutive
- * tensors so each batch is a few large reads. */
+ * tensors so each batch is a few large reads, and at least four batches
+ * per thread: a header between two large tensors is a read (a request on
+ * S3) of its own, and those must run side by side, not one after another. */
 #define HEADER_BATCH 4096
 
 static void *header_worker(void *arg) {
     pipeline *p = arg;
     for (;;) {
         if (atomic_load(&p->failed)) break;
-        size_t i = atomic_fetch_add(&p->next_unit, HEADER_BATCH);
+        size_t i = atomic_fetch_add(&p->next_unit, p->header_batch);
         if (i >= p->n) break;
-        int rc = tzr_reader_load_headers(p->r, i, i + HEADER_BATCH, p->want);
+        int rc = tzr_reader_load_headers(p->r, i, i + p->header_batch, p->want);
         if (rc) {
             fail(p, rc);
             break;
@@ -585,9 +590,15 @@ static int plan_compressed(pipeline *p, size_t i, size_t chunk, size_t ring, siz
     }
     uint64_t umax = 2 * smax > ci->frame_size ? 2 * smax : ci->frame_size;
     uint64_t f = 0, soff = 0;
+    /* The load ends with the last units' decompression, one thread per
+     * unit: the last compressed tensor ends in single-frame units, so that
+     * tail is one frame's work spread over the threads, not several. */
+    uint64_t single_from = i == p->last_comp && ci->nframes > (uint64_t)p->taper ? ci->nframes - (uint64_t)p->taper
+                           : i == p->last_comp                                   ? 0
+                                                                                 : ci->nframes;
     while (f < ci->nframes && !rc) {
         uint64_t f1 = f + 1, s1 = soff + tzr_comp_frame(ci, f);
-        while (f1 < ci->nframes && s1 + tzr_comp_frame(ci, f1) - soff <= smax &&
+        while (f1 < ci->nframes && f1 < single_from && s1 + tzr_comp_frame(ci, f1) - soff <= smax &&
                tzr_zframes_len(ci, f, f1 + 1) <= umax)
             s1 += tzr_comp_frame(ci, f1++);
         uint64_t lo = soff, hi = s1;
@@ -851,7 +862,17 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     /* Plaintext files need no header to plan: each unit read carries its
      * tensors' headers. Encrypted ones need the crypt chunk sizes first. */
     /* Compressed ones need their frame tables. */
+    p->header_batch = p->n / (4 * (size_t)nthreads);
+    if (p->header_batch < 1) p->header_batch = 1;
+    if (p->header_batch > HEADER_BATCH) p->header_batch = HEADER_BATCH;
     if (!rc && (tzr_reader_encrypted(r) || tzr_reader_compressed(r))) rc = run_threads(p, nthreads, header_worker);
+    p->last_comp = (size_t)-1;
+    for (size_t i = p->n; i-- > 0 && !rc;)
+        if (p->ts[i].selected && tzr_reader_tensor(r, i)->compression == TZR_COMPRESSION_ZSTD) {
+            p->last_comp = i;
+            break;
+        }
+    p->taper = nthreads;
     if (!rc) rc = plan(p, chunk, ring);
     if (!rc) {
         if (p->slot_size < chunk) p->slot_size = chunk;

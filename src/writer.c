@@ -106,7 +106,7 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
                           TZR_MIN_FRAME, TZR_MAX_FRAME);
         w->compress = 1;
         w->frame_size = (uint32_t)fs;
-        w->level = opt->compression_level ? opt->compression_level : 3;
+        w->level = opt->compression_level ? opt->compression_level : 1;
         w->planes_mode = opt->byte_planes;
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         w->threads = opt->threads > 0 ? opt->threads : cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;

@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "fake_sink.h"
+#include "compress.h"
 #include "format.h"
 #include "tzr_load.h"
 
@@ -519,6 +520,27 @@ static void writer_options(void) {
     tzr_writer_abort(w);
 }
 
+/* Byte planes against their definition: plane k holds byte k of every
+ * element, in order; every length (vector body and scalar tail), 2 and 4. */
+static void planes_split_join(void) {
+    uint8_t src[4 * 100], planes[4 * 100], back[4 * 100];
+    for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 37 + 11);
+    unsigned widths[2] = {2, 4};
+    for (int w = 0; w < 2; w++)
+        for (size_t n = 0; n <= 100; n++) {
+            unsigned k = widths[w];
+            size_t len = n * k;
+            tzr_planes_split(planes, src, len, k);
+            int ok = 1;
+            for (size_t i = 0; i < n; i++)
+                for (unsigned b = 0; b < k; b++) ok &= planes[b * n + i] == src[i * k + b];
+            CHECK(ok);
+            memset(back, 0xAA, sizeof back);
+            tzr_planes_join(back, planes, len, k);
+            CHECK(memcmp(back, src, len) == 0 && (len == sizeof back || back[len] == 0xAA));
+        }
+}
+
 int main(void) {
     snprintf(dir_path, sizeof dir_path, "%s", check_tmpdir());
     snprintf(big_path, sizeof big_path, "%s/big.tensors", dir_path);
@@ -527,6 +549,7 @@ int main(void) {
         printf("FAIL setup: %s\n", tzr_last_error());
         return 1;
     }
+    RUN(planes_split_join);
     RUN(roundtrip_dtypes);
     RUN(feature_flags);
     RUN(uncompressed_copy_identical);

@@ -61,8 +61,10 @@ static int open_slow(tzr_source **out, const char *path, double rate) {
     w->base.destroy = slow_destroy;
     w->base.is_cached = NULL; /* the inner source's methods expect its own struct */
     w->base.set_direct = NULL;
+    w->base.readv_at = NULL; /* would bypass the rate limit */
     w->base.direct_align = 0;
-    w->base.preferred_inflight = 8; /* a remote link: several requests in flight */
+    w->base.preferred_inflight = 8; /* a remote link: several requests in flight, */
+    w->base.pack_reads = 1;         /* each one costly, as over HTTP */
     w->base.ctx = w;
     w->rate = rate;
     pthread_mutex_init(&w->lock, NULL);
@@ -102,7 +104,7 @@ static uint64_t file_size(const char *path) {
 
 int bench_compress_main(int argc, char **argv, bench_write_fn write_fn) {
     uint64_t size = (uint64_t)512 << 20;
-    int layers = 16, level = 3, threads = 0, repeat = 3, keep = 0;
+    int layers = 16, level = 1, threads = 0, repeat = 3, keep = 0;
     double rate_mbps = 200;
     const char *dir = "/tmp";
     static const struct option opts[] = {{"size-mib", 1, 0, 's'}, {"layers", 1, 0, 'l'}, {"dir", 1, 0, 'd'},

@@ -4,7 +4,7 @@
  * (warm page cache) and through a rate-limited source (a token bucket
  * shared by all pipeline threads around the file source), for both files
  * in the same run. Options: --size-mib N (512), --layers N (16), --dir DIR,
- * --level N (3), --rate-mbps N (200), --threads N, --repeat N (3), --keep. */
+ * --level N (1), --rate-mbps N (200), --threads N, --repeat N (3), --keep. */
 #ifndef TZR_BENCH_COMPRESS_H
 #define TZR_BENCH_COMPRESS_H
 #include <stdint.h>
