@@ -35,7 +35,7 @@ typedef struct tzr_http_options {
     const char *region;        /* default us-east-1 */
     const char *endpoint;      /* "http://127.0.0.1:8080", "https://s3.example" */
     int anonymous;             /* 1: never sign (public buckets) */
-    const char *ca_bundle;     /* PEM file of trusted CAs; NULL: system */
+    const char *ca_bundle;     /* PEM file of trusted CAs; NULL: $AWS_CA_BUNDLE, else system */
     int insecure;              /* 1: do not verify TLS certificates */
     size_t range_bytes;        /* bytes per ranged GET (0: 8 MiB) */
     int max_inflight;          /* concurrent GETs per read_at (0: 16) */
@@ -52,8 +52,10 @@ typedef struct tzr_http_options {
  * versions. Errors: TZR_ENOTFOUND (404: no such bucket/key), TZR_EHTTP
  * (403 and other statuses, after retries for 429/5xx), TZR_ENET (connect
  * failures, resets, timeouts after retries). opt may be NULL.
- * read_at is thread-safe; large reads are split into ranges of range_bytes
- * fetched concurrently straight into the caller's buffer. */
+ * read_at and readv_at are thread-safe; large reads are split into ranges
+ * of range_bytes fetched concurrently straight into the caller's buffers.
+ * A 429/503 answer's Retry-After is the least wait before that range is
+ * retried; one that would end past total_timeout_s fails the read at once. */
 TZR_API int tzr_source_open_url(tzr_source **out, const char *url, const tzr_http_options *opt);
 
 /* Ranged GETs issued so far by a source from tzr_source_open_url (the

@@ -65,7 +65,10 @@ int tzr_http_common_new(tzr_http_common **out, const tzr_http_options *opt) {
     /* The caller's strings need not outlive the open call. */
     c->opt.access_key = c->opt.secret_key = c->opt.session_token = NULL;
     c->opt.region = c->opt.endpoint = NULL;
-    if (d.ca_bundle && !(c->ca_bundle = strdup(d.ca_bundle))) {
+    /* AWS_CA_BUNDLE, as the AWS CLI and SDKs read it: lets every tool (and
+     * the shard files a manifest names) trust a private CA. */
+    const char *ca = d.ca_bundle && *d.ca_bundle ? d.ca_bundle : getenv("AWS_CA_BUNDLE");
+    if (ca && *ca && !(c->ca_bundle = strdup(ca))) {
         free(c);
         return tzr_fail(TZR_ENOMEM, "out of memory");
     }
@@ -170,6 +173,38 @@ double tzr_http_backoff_s(int attempt) {
     return base / 2 + r * base / 2;
 }
 
+double tzr_http_retry_after_parse(const char *v) {
+    while (*v == ' ' || *v == '\t') v++;
+    if (*v >= '0' && *v <= '9') {
+        char *end;
+        unsigned long long n = strtoull(v, &end, 10); /* saturates on overflow */
+        if (*end) return -1;
+        return n > 1000000000ull ? 1e9 : (double)n;
+    }
+    struct tm tm = {0};
+    const char *end = strptime(v, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    if (!end || *end) return -1;
+    double d = difftime(timegm(&tm), time(NULL));
+    return d > 0 ? d : 0;
+}
+
+double tzr_http_retry_delay_s(int attempt, long status, double retry_after, int *asked) {
+    double d = tzr_http_backoff_s(attempt);
+    *asked = 0;
+    if ((status == 429 || status == 503) && retry_after > d) {
+        d = retry_after;
+        *asked = 1;
+    }
+    return d;
+}
+
+const char *tzr_http_curl_hint(int cc) {
+    if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE)
+        return "; if a private CA signed the server's certificate, give its PEM file "
+               "(tzr_http_options.ca_bundle, AWS_CA_BUNDLE or the tools' --ca-bundle)";
+    return "";
+}
+
 int tzr_http_status_retryable(long s) {
     return s == 408 || s == 429 || s == 500 || s == 502 || s == 503 || s == 504;
 }
@@ -213,6 +248,11 @@ static size_t call_header(char *b, size_t sz, size_t n, void *u) {
     if (len >= 5 && strncmp(b, "HTTP/", 5) == 0) {
         c->etag[0] = c->content_range[0] = c->location[0] = 0;
         c->content_length = -1;
+        c->retry_after = -1;
+    } else if (len > 12 && strncasecmp(b, "Retry-After:", 12) == 0) {
+        char v[64];
+        tzr_http_copy_hval(v, sizeof v, b + 12, len - 12);
+        c->retry_after = tzr_http_retry_after_parse(v);
     } else if (len > 5 && strncasecmp(b, "ETag:", 5) == 0) {
         tzr_http_copy_hval(c->etag, sizeof c->etag, b + 5, len - 5);
     } else if (len > 14 && strncasecmp(b, "Content-Range:", 14) == 0) {
@@ -294,6 +334,7 @@ int tzr_http_perform(tzr_http_common *cm, tzr_http_call *c) {
         c->status = 0;
         c->etag[0] = c->content_range[0] = c->location[0] = 0;
         c->content_length = -1;
+        c->retry_after = -1;
         struct curl_slist *hdrs = NULL;
         char *url = NULL;
         if (c->tgt) {
@@ -353,7 +394,8 @@ int tzr_http_perform(tzr_http_common *cm, tzr_http_call *c) {
             last_cc = (int)cc;
             retry = tzr_http_curl_retryable((int)cc);
             if (!retry)
-                return tzr_fail(TZR_ENET, "%s: %s failed: %s (curl %d)", what, c->method, errbuf, (int)cc);
+                return tzr_fail(TZR_ENET, "%s: %s failed: %s (curl %d)%s", what, c->method, errbuf,
+                                (int)cc, tzr_http_curl_hint((int)cc));
         } else {
             last_cc = 0;
             c->status = st;
@@ -369,8 +411,14 @@ int tzr_http_perform(tzr_http_common *cm, tzr_http_call *c) {
             return tzr_fail(TZR_EHTTP, "%s: %s gave HTTP %ld after %d attempts%s%s", what, c->method,
                             st, c->attempts, s3msg[0] ? ": " : "", s3msg);
         }
-        double d = tzr_http_backoff_s(c->attempts);
+        int asked;
+        double d = tzr_http_retry_delay_s(c->attempts, cc == CURLE_OK ? st : 0, c->retry_after, &asked);
         rem = c->deadline - tzr_now_s();
+        if (asked && d > rem)
+            return tzr_fail(TZR_EHTTP,
+                            "%s: %s got HTTP %ld with Retry-After %.0f s, past the time budget "
+                            "(%.1f s left); not waiting",
+                            what, c->method, st, d, rem > 0 ? rem : 0);
         if (d > rem) d = rem > 0 ? rem : 0;
         struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
         nanosleep(&ts, NULL);

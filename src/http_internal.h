@@ -112,17 +112,29 @@ TZR_HIDDEN const tzr_http_options *tzr_http_common_opts(const tzr_http_common *c
 /* Take/return an easy handle (reset, with the shared cache attached). */
 TZR_HIDDEN void *tzr_http_easy_get(tzr_http_common *c);
 TZR_HIDDEN void tzr_http_easy_put(tzr_http_common *c, void *easy);
-/* Options every request gets: share, TLS, connect/low-speed timeouts, an
+/* Options every request gets: share, TLS (CA bundle from the options, else
+ * $AWS_CA_BUNDLE, else the system's), connect/low-speed timeouts, an
  * overall timeout of remaining_s, no signals, no compression. */
 TZR_HIDDEN void tzr_http_easy_common(tzr_http_common *c, void *easy, double remaining_s);
 TZR_HIDDEN double tzr_now_s(void);
 /* Delay before retry number attempt (1-based): exponential, full jitter. */
 TZR_HIDDEN double tzr_http_backoff_s(int attempt);
+/* Seconds a Retry-After value asks for: delta-seconds or an HTTP-date
+ * (RFC 9110 10.2.3); -1 when unparseable. */
+TZR_HIDDEN double tzr_http_retry_after_parse(const char *v);
+/* Delay before retry number attempt after an answer with this status and
+ * Retry-After (-1: none): the backoff, raised to Retry-After on 429/503
+ * (then *asked = 1: the server set the wait, not us). */
+TZR_HIDDEN double tzr_http_retry_delay_s(int attempt, long status, double retry_after, int *asked);
+/* A hint to append to a curl failure message ("" when none): names the CA
+ * bundle settings when a certificate did not verify. */
+TZR_HIDDEN const char *tzr_http_curl_hint(int curlcode);
 TZR_HIDDEN int tzr_http_status_retryable(long status);
 TZR_HIDDEN int tzr_http_curl_retryable(int curlcode);
 
 /* One blocking request with retries (429/5xx/transport errors, re-signed
- * every attempt) until max_retries or the deadline. Returns 0 when a final
+ * every attempt, waiting at least a 429/503's Retry-After) until
+ * max_retries or the deadline. Returns 0 when a final
  * answer arrived (any HTTP status, see call->status), TZR_ENET when the
  * transport kept failing, TZR_EHTTP when retryable statuses persisted. */
 typedef struct tzr_http_call {
@@ -145,6 +157,7 @@ typedef struct tzr_http_call {
     char content_range[128];
     char location[512];
     long long content_length;           /* -1 unknown */
+    double retry_after;                 /* Retry-After seconds, -1 none */
     char *resp;                         /* body (capped at 1 MiB), NUL-ended */
     size_t resp_len;
     int attempts;

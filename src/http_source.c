@@ -1,13 +1,15 @@
 /* Positional source over HTTP ranged GETs (plain http(s):// or SigV4-signed
- * s3://). One HEAD at open learns the size and ETag. read_at splits the
- * request into ranges of range_bytes, runs up to max_inflight of them at
- * once on a private curl_multi, writes each straight into the caller's
- * buffer (bounds-checked, Content-Range verified) and retries a failed
- * range from the bytes already received, re-signed, with exponential
- * backoff and jitter, within total_timeout_s. Every GET carries If-Match
- * with the ETag seen at open: a replaced object gives TZR_ECHANGED.
- * Easy handles come from a pool; connections, DNS and TLS sessions are
- * shared through a locked CURLSH, so read_at is safe from many threads. */
+ * s3://). One HEAD at open learns the size and ETag. readv_at (and read_at,
+ * its one-buffer case) splits the request into ranges of range_bytes, runs
+ * up to max_inflight of them at once on a private curl_multi, writes each
+ * straight into the caller's buffers at its place in the iovec list
+ * (bounds-checked, Content-Range verified) and retries a failed range from
+ * the bytes already received, re-signed, with exponential backoff and
+ * jitter (at least the server's Retry-After on 429/503), within
+ * total_timeout_s. Every GET carries If-Match with the ETag seen at open: a
+ * replaced object gives TZR_ECHANGED. Easy handles come from a pool;
+ * connections, DNS and TLS sessions are shared through a locked CURLSH, so
+ * reads are safe from many threads. */
 #include "http_internal.h"
 #include "source_path.h"
 
@@ -30,12 +32,19 @@ typedef struct http_src {
     _Atomic uint64_t requests, retries; /* for tzr_source_http_stats */
 } http_src;
 
+/* One ranged GET: object bytes [off, off+len), scattered into the caller's
+ * iovecs from position (iov0, skip0) on. */
 typedef struct range_task {
     http_src *h;
-    uint8_t *dst;
-    uint64_t off;   /* object offset of dst[0] */
+    const tzr_iovec *iov; /* the caller's buffers (shared by all tasks) */
+    int iovcnt;
+    int iov0;       /* where byte 0 of this range goes: iov index, offset */
+    size_t skip0;
+    int ci;         /* where byte `got` goes (set on every attempt) */
+    size_t co;
+    uint64_t off;   /* object offset of the range */
     size_t len;
-    size_t got;     /* bytes already in dst */
+    size_t got;     /* bytes already in the iovecs */
     size_t got_at_start;
     int attempts;
     double next_at;
@@ -45,6 +54,7 @@ typedef struct range_task {
     char *url;
     /* per attempt */
     long status;
+    double retry_after; /* seconds the server asked for, -1 none */
     int checked;    /* status + Content-Range validated for this attempt */
     int bad;        /* fatal validation failure: TZR_E* code */
     char cr[128];
@@ -53,6 +63,16 @@ typedef struct range_task {
     char errbuf[CURL_ERROR_SIZE];
 } range_task;
 
+/* Move an iovec position (*i, *o) forward by n bytes and past empty
+ * buffers, so it rests on a buffer with room or at the end. */
+static void iov_advance(const tzr_iovec *iov, int cnt, int *i, size_t *o, size_t n) {
+    while (*i < cnt && n >= iov[*i].len - *o) {
+        n -= iov[*i].len - *o;
+        (*i)++;
+        *o = 0;
+    }
+    *o += n;
+}
 
 static size_t rt_header(char *b, size_t sz, size_t n, void *u) {
     range_task *t = u;
@@ -60,8 +80,13 @@ static size_t rt_header(char *b, size_t sz, size_t n, void *u) {
     if (len >= 5 && strncmp(b, "HTTP/", 5) == 0) {
         t->cr[0] = 0;
         t->checked = 0;
+        t->retry_after = -1;
     } else if (len > 14 && strncasecmp(b, "Content-Range:", 14) == 0) {
         tzr_http_copy_hval(t->cr, sizeof t->cr, b + 14, len - 14);
+    } else if (len > 12 && strncasecmp(b, "Retry-After:", 12) == 0) {
+        char v[64];
+        tzr_http_copy_hval(v, sizeof v, b + 12, len - 12);
+        t->retry_after = tzr_http_retry_after_parse(v);
     }
     return len;
 }
@@ -100,6 +125,26 @@ static void rt_check(range_task *t) {
     /* other statuses: body collected as error text */
 }
 
+/* Copy body bytes to the iovecs at the cursor. -1 if they run out (the
+ * caller checked the range length, so only on an internal mismatch). */
+static int rt_scatter(range_task *t, const char *b, size_t len) {
+    while (len > 0) {
+        if (t->ci >= t->iovcnt) return -1;
+        const tzr_iovec *v = &t->iov[t->ci];
+        size_t room = v->len - t->co, take = len < room ? len : room;
+        if (take) memcpy((uint8_t *)v->base + t->co, b, take);
+        b += take;
+        len -= take;
+        t->co += take;
+        t->got += take;
+        if (t->co == v->len) {
+            t->ci++;
+            t->co = 0;
+        }
+    }
+    return 0;
+}
+
 static size_t rt_write(char *b, size_t sz, size_t n, void *u) {
     range_task *t = u;
     size_t len = sz * n;
@@ -114,12 +159,16 @@ static size_t rt_write(char *b, size_t sz, size_t n, void *u) {
         return len;
     }
     if (len > t->len - t->got) {
-        t->bad = tzr_fail(TZR_EHTTP, "%s: server sent more bytes than requested at offset %" PRIu64,
-                          t->h->name, t->off);
+        t->bad = tzr_fail(TZR_EHTTP,
+                          "%s: server sent more bytes than requested for bytes %" PRIu64 "-%" PRIu64,
+                          t->h->name, t->off, t->off + t->len - 1);
         return 0;
     }
-    memcpy(t->dst + t->got, b, len);
-    t->got += len;
+    if (rt_scatter(t, b, len)) {
+        t->bad = tzr_fail(TZR_EINVAL, "%s: buffers end before bytes %" PRIu64 "-%" PRIu64,
+                          t->h->name, t->off, t->off + t->len - 1);
+        return 0;
+    }
     return len;
 }
 
@@ -162,12 +211,17 @@ static int rt_prepare(range_task *t, double remaining) {
     if (!h->is_s3) curl_easy_setopt(t->easy, CURLOPT_FOLLOWLOCATION, 1L);
     t->errbuf[0] = 0;
     t->status = 0;
+    t->retry_after = -1;
     t->checked = 0;
     t->bad = 0;
     t->cr[0] = 0;
     t->errlen = 0;
     t->errbody[0] = 0;
     t->got_at_start = t->got;
+    /* A resume continues at byte `got`, wherever that is in the iovecs. */
+    t->ci = t->iov0;
+    t->co = t->skip0;
+    iov_advance(t->iov, t->iovcnt, &t->ci, &t->co, t->got);
     return 0;
 }
 
@@ -177,6 +231,7 @@ static int rt_finish(range_task *t, CURLcode cc) {
     long st = 0;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &st);
     if (t->bad) return t->bad;
+    t->status = st; /* also for bodiless answers (503 with no body) */
     if (!t->errbuf[0]) snprintf(t->errbuf, sizeof t->errbuf, "%s", curl_easy_strerror(cc));
     if (cc == CURLE_OK && (st == 200 || st == 206)) {
         if (t->got == t->len) return 0;
@@ -186,8 +241,9 @@ static int rt_finish(range_task *t, CURLcode cc) {
     }
     if (cc != CURLE_OK) {
         if (tzr_http_curl_retryable((int)cc)) return 1;
-        return tzr_fail(TZR_ENET, "%s: GET bytes %" PRIu64 "-%" PRIu64 " failed: %s (curl %d)", h->name,
-                        t->off + t->got, t->off + t->len - 1, t->errbuf, (int)cc);
+        return tzr_fail(TZR_ENET, "%s: GET bytes %" PRIu64 "-%" PRIu64 " failed: %s (curl %d)%s",
+                        h->name, t->off + t->got, t->off + t->len - 1, t->errbuf, (int)cc,
+                        tzr_http_curl_hint((int)cc));
     }
     if (tzr_http_status_retryable(st)) {
         snprintf(t->errbuf, sizeof t->errbuf, "HTTP %ld", st);
@@ -211,119 +267,206 @@ static void rt_release(http_src *h, range_task *t) {
     t->url = NULL;
 }
 
-static int http_read_at(tzr_source *s, void *buf, size_t len, uint64_t off) {
+/* One vectored read: its ranges, the curl_multi running them, the budget. */
+typedef struct read_job {
+    http_src *h;
+    const tzr_http_options *o;
+    uint64_t off;
+    size_t len;
+    range_task *tasks;
+    size_t n, done, next;
+    int active, retries;
+    CURLM *m;
+    double deadline;
+    char last_err[CURL_ERROR_SIZE + 64];
+} read_job;
+
+/* Cut [off, off+len) into ranges of range_bytes, each knowing where in the
+ * iovecs its first byte goes. */
+static int job_plan(read_job *j, const tzr_iovec *iov, int iovcnt) {
+    size_t rb = j->o->range_bytes;
+    j->n = j->len / rb + (j->len % rb != 0);
+    j->tasks = calloc(j->n, sizeof *j->tasks);
+    j->m = curl_multi_init();
+    if (!j->tasks || !j->m) return tzr_fail(TZR_ENOMEM, "out of memory");
+    int i = 0;
+    size_t o = 0;
+    iov_advance(iov, iovcnt, &i, &o, 0);
+    for (size_t k = 0; k < j->n; k++) {
+        range_task *t = &j->tasks[k];
+        t->h = j->h;
+        t->iov = iov;
+        t->iovcnt = iovcnt;
+        t->off = j->off + k * rb;
+        t->len = k + 1 < j->n ? rb : j->len - k * rb;
+        t->iov0 = i;
+        t->skip0 = o;
+        iov_advance(iov, iovcnt, &i, &o, t->len);
+    }
+    return 0;
+}
+
+static void job_free(read_job *j) {
+    for (size_t i = 0; j->tasks && i < j->n; i++) {
+        if (j->tasks[i].active) curl_multi_remove_handle(j->m, j->tasks[i].easy);
+        rt_release(j->h, &j->tasks[i]);
+    }
+    if (j->m) curl_multi_cleanup(j->m);
+    free(j->tasks);
+}
+
+/* Start ranges up to max_inflight: retries whose wait is over first (they
+ * sit earlier in the array), new ranges in order. */
+static int job_start(read_job *j, double now) {
+    for (size_t i = 0; i < j->n && j->active < j->o->max_inflight; i++) {
+        range_task *t = &j->tasks[i];
+        if (t->done || t->active || (t->attempts == 0 && i != j->next)) continue;
+        if (t->attempts > 0 && t->next_at > now) continue;
+        int rc = rt_prepare(t, j->deadline - now);
+        if (rc) return rc;
+        if (curl_multi_add_handle(j->m, t->easy) != CURLM_OK)
+            return tzr_fail(TZR_ENOMEM, "curl_multi_add_handle failed");
+        t->active = 1;
+        t->attempts++;
+        j->h->requests++;
+        j->active++;
+        if (i == j->next) j->next++;
+    }
+    return 0;
+}
+
+/* Schedule a failed range again after the backoff (at least what the
+ * server's Retry-After asked for), or give up: too many attempts, or a
+ * wait that would end past the time budget. */
+static int job_retry(read_job *j, range_task *t) {
+    snprintf(j->last_err, sizeof j->last_err, "%s", t->errbuf);
+    /* Progress resets the per-range retry count. */
+    if (t->got > t->got_at_start && t->attempts > 1) t->attempts = 1;
+    int code = t->status && t->status != 200 && t->status != 206 ? TZR_EHTTP : TZR_ENET;
+    uint64_t a = t->off + t->got, b = t->off + t->len - 1;
+    const char *name = j->h->name;
+    if (t->attempts > j->o->max_retries)
+        return tzr_fail(code, "%s: GET bytes %" PRIu64 "-%" PRIu64 " failed after %d attempts: %s",
+                        name, a, b, t->attempts, t->errbuf);
+    int asked = 0;
+    double wait = tzr_http_retry_delay_s(t->attempts, t->status, t->retry_after, &asked);
+    double now = tzr_now_s();
+    if (asked && now + wait > j->deadline)
+        return tzr_fail(code,
+                        "%s: GET bytes %" PRIu64 "-%" PRIu64 " got HTTP %ld with Retry-After %.0f s,"
+                        " past the %.1f s time budget (%.1f s left); not waiting",
+                        name, a, b, t->status, wait, j->o->total_timeout_s, j->deadline - now);
+    if (now + wait > j->deadline)
+        return tzr_fail(code,
+                        "%s: GET bytes %" PRIu64 "-%" PRIu64 " failed and the %.1f s time budget"
+                        " ends before the next retry (%d attempts): %s",
+                        name, a, b, j->o->total_timeout_s, t->attempts, t->errbuf);
+    j->retries++;
+    j->h->retries++;
+    t->next_at = now + wait;
+    return 0;
+}
+
+/* Collect finished transfers: done, retry later, or fail the read. */
+static int job_reap(read_job *j) {
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(j->m, &left))) {
+        if (msg->msg != CURLMSG_DONE) continue;
+        range_task *t = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
+        CURLcode cc = msg->data.result;
+        curl_multi_remove_handle(j->m, t->easy);
+        t->active = 0;
+        j->active--;
+        int r = rt_finish(t, cc);
+        if (r == 0) {
+            t->done = 1;
+            j->done++;
+            rt_release(j->h, t);
+        } else if (r == 1) {
+            if ((r = job_retry(j, t))) return r;
+        } else {
+            return r;
+        }
+    }
+    return 0;
+}
+
+/* How long to poll: short while transfers run, else until the earliest
+ * retry is due (at most 1 s, so the deadline is checked). */
+static int job_wait_ms(const read_job *j) {
+    if (j->active > 0) return 100;
+    double soonest = j->deadline;
+    for (size_t i = 0; i < j->n; i++) {
+        const range_task *t = &j->tasks[i];
+        if (!t->done && !t->active && t->attempts > 0 && t->next_at < soonest) soonest = t->next_at;
+    }
+    double d = soonest - tzr_now_s();
+    int ms = d > 0 ? (int)(d * 1000) + 1 : 0;
+    return ms > 1000 ? 1000 : ms;
+}
+
+static int job_run(read_job *j) {
+    while (j->done < j->n) {
+        double now = tzr_now_s();
+        if (now >= j->deadline)
+            return tzr_fail(TZR_ENET,
+                            "%s: read of %zu bytes at offset %" PRIu64
+                            " did not finish within %.1f s (%d retries; last error: %s)",
+                            j->h->name, j->len, j->off, j->o->total_timeout_s, j->retries,
+                            j->last_err[0] ? j->last_err : "none");
+        int rc = job_start(j, now);
+        if (rc) return rc;
+        int running = 0;
+        curl_multi_perform(j->m, &running);
+        if ((rc = job_reap(j))) return rc;
+        if (j->done == j->n) break;
+        curl_multi_poll(j->m, NULL, 0, job_wait_ms(j), NULL);
+    }
+    return 0;
+}
+
+/* Total length of an iovec list; TZR_EINVAL for a malformed one. */
+static int iov_total(const http_src *h, const tzr_iovec *iov, int iovcnt, size_t *total) {
+    *total = 0;
+    if (iovcnt < 0 || (iovcnt > 0 && !iov))
+        return tzr_fail(TZR_EINVAL, "%s: bad iovec list (%d entries)", h->name, iovcnt);
+    for (int i = 0; i < iovcnt; i++) {
+        if (iov[i].len && !iov[i].base)
+            return tzr_fail(TZR_EINVAL, "%s: iovec %d has no buffer", h->name, i);
+        if (__builtin_add_overflow(*total, iov[i].len, total))
+            return tzr_fail(TZR_EINVAL, "%s: iovec lengths overflow", h->name);
+    }
+    return 0;
+}
+
+/* The read: split into ranges fetched concurrently, each written at its
+ * place in the iovecs (read_at is the one-buffer case). */
+static int http_readv_at(tzr_source *s, const tzr_iovec *iov, int iovcnt, uint64_t off) {
     http_src *h = (http_src *)s;
-    if (len == 0) return 0;
+    size_t len;
+    int rc = iov_total(h, iov, iovcnt, &len);
+    if (rc || len == 0) return rc;
     if (off > s->size || len > s->size - off)
         return tzr_fail(TZR_ETRUNC, "%s: read of %zu bytes at offset %" PRIu64
                         " goes past the end (%" PRIu64 " bytes)",
                         h->name, len, off, s->size);
-    const tzr_http_options *o = tzr_http_common_opts(h->common);
-    size_t rb = o->range_bytes;
-    size_t n = (len + rb - 1) / rb;
-    range_task *tasks = calloc(n, sizeof *tasks);
-    CURLM *m = curl_multi_init();
-    if (!tasks || !m) {
-        free(tasks);
-        if (m) curl_multi_cleanup(m);
-        return tzr_fail(TZR_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < n; i++) {
-        tasks[i].h = h;
-        tasks[i].off = off + i * rb;
-        tasks[i].dst = (uint8_t *)buf + i * rb;
-        tasks[i].len = i + 1 < n ? rb : len - i * rb;
-    }
-    double start = tzr_now_s(), deadline = start + o->total_timeout_s;
-    size_t done = 0, next = 0;
-    int active = 0, rc = 0, retries = 0;
-    char last_err[CURL_ERROR_SIZE + 64] = "";
-    while (done < n && rc == 0) {
-        double now = tzr_now_s();
-        if (now >= deadline) {
-            rc = tzr_fail(TZR_ENET,
-                          "%s: read of %zu bytes at offset %" PRIu64
-                          " did not finish within %.1f s (%d retries; last error: %s)",
-                          h->name, len, off, o->total_timeout_s, retries,
-                          last_err[0] ? last_err : "none");
-            break;
-        }
-        /* Start waiting tasks (retries first: they are earlier in the array). */
-        for (size_t i = 0; i < n && active < o->max_inflight; i++) {
-            range_task *t = &tasks[i];
-            if (t->done || t->active || (i >= next && t->attempts == 0 && i != next)) continue;
-            if (t->attempts > 0 && t->next_at > now) continue;
-            if ((rc = rt_prepare(t, deadline - now))) break;
-            if (curl_multi_add_handle(m, t->easy) != CURLM_OK) {
-                rc = tzr_fail(TZR_ENOMEM, "curl_multi_add_handle failed");
-                break;
-            }
-            t->active = 1;
-            t->attempts++;
-            h->requests++;
-            active++;
-            if (i == next) next++;
-        }
-        if (rc) break;
-        int running = 0;
-        curl_multi_perform(m, &running);
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(m, &left))) {
-            if (msg->msg != CURLMSG_DONE) continue;
-            range_task *t = NULL;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
-            CURLcode cc = msg->data.result;
-            curl_multi_remove_handle(m, t->easy);
-            t->active = 0;
-            active--;
-            int r = rt_finish(t, cc);
-            if (r == 0) {
-                t->done = 1;
-                done++;
-                rt_release(h, t);
-            } else if (r == 1) {
-                snprintf(last_err, sizeof last_err, "%s", t->errbuf);
-                /* Progress resets the per-range retry count. */
-                if (t->got > t->got_at_start && t->attempts > 1) t->attempts = 1;
-                if (t->attempts > o->max_retries) {
-                    rc = tzr_fail(t->status && t->status != 200 && t->status != 206 ? TZR_EHTTP
-                                                                                      : TZR_ENET,
-                                  "%s: GET bytes %" PRIu64 "-%" PRIu64 " failed after %d attempts: %s",
-                                  h->name, t->off + t->got, t->off + t->len - 1, t->attempts,
-                                  t->errbuf);
-                } else {
-                    retries++;
-                    h->retries++;
-                    t->next_at = tzr_now_s() + tzr_http_backoff_s(t->attempts);
-                }
-            } else {
-                rc = r;
-            }
-            if (rc) break;
-        }
-        if (rc || done == n) break;
-        int wait_ms = 100;
-        if (active == 0) {
-            /* Only backoff waits pending: sleep until the earliest. */
-            double soonest = deadline;
-            for (size_t i = 0; i < n; i++)
-                if (!tasks[i].done && !tasks[i].active && tasks[i].attempts > 0 &&
-                    tasks[i].next_at < soonest)
-                    soonest = tasks[i].next_at;
-            double d = soonest - tzr_now_s();
-            wait_ms = d > 0 ? (int)(d * 1000) + 1 : 0;
-            if (wait_ms > 1000) wait_ms = 1000;
-        }
-        curl_multi_poll(m, NULL, 0, wait_ms, NULL);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (tasks[i].active) curl_multi_remove_handle(m, tasks[i].easy);
-        rt_release(h, &tasks[i]);
-    }
-    curl_multi_cleanup(m);
-    free(tasks);
+    read_job j = {0};
+    j.h = h;
+    j.o = tzr_http_common_opts(h->common);
+    j.off = off;
+    j.len = len;
+    j.deadline = tzr_now_s() + j.o->total_timeout_s;
+    rc = job_plan(&j, iov, iovcnt);
+    if (!rc) rc = job_run(&j);
+    job_free(&j);
     return rc;
+}
+
+static int http_read_at(tzr_source *s, void *buf, size_t len, uint64_t off) {
+    tzr_iovec v = {buf, len};
+    return http_readv_at(s, &v, 1, off);
 }
 
 static void http_destroy(tzr_source *s);
@@ -441,6 +584,7 @@ int tzr_source_open_url(tzr_source **out, const char *url, const tzr_http_option
     }
     const tzr_http_options *o = tzr_http_common_opts(h->common);
     h->base.read_at = http_read_at;
+    h->base.readv_at = http_readv_at;
     h->base.destroy = http_destroy;
     h->base.name = h->name;
     h->base.preferred_chunk = o->range_bytes;

@@ -8,12 +8,16 @@
  *                             passes it), bucket "tzr", user test:tester.
  * Every case is bounded by small total_timeout_s values. */
 #include "check.h"
+#include "gen.h"
 #include "http_internal.h"
 #include "source_path.h"
 #include "tzr_http.h"
+#include "tzr_load.h"
 
 #include <pthread.h>
 #include <signal.h>
+#include <inttypes.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -205,6 +209,9 @@ static void http_threads(void) {
 
 static void retry_case(const char *mode) {
     tzr_http_options o = fast_opts();
+    /* "every 2nd GET fails" is global: with requests interleaved, one range
+     * can draw the failing turn many times in a row. */
+    o.max_retries = 40;
     clear_log();
     CHECK_RC(read_all_equal(mode, &o), 0);
     char needle[64];
@@ -416,6 +423,312 @@ static void golden_via_reader(void) {
         }
     }
     free(g);
+}
+
+/* ------------------------------------------------------------ vectored reads */
+/* Odd-sized buffers, each followed by guard bytes: empty ones (some with no
+ * buffer at all), single bytes and sizes around the 4 KiB range size, so
+ * buffers straddle range boundaries and resumed ranges start mid-buffer. */
+#define GUARD 16
+typedef struct iov_set {
+    tzr_iovec iov[4096];
+    int n;
+    size_t total;
+} iov_set;
+
+static iov_set *iovs_make(size_t want, unsigned seed) {
+    static const size_t sizes[] = {0, 1, 7, 4095, 0, 4096, 4097, 13, 0, 12288, 30001, 2, 8191, 65537, 3};
+    iov_set *v = calloc(1, sizeof *v);
+    while (v->total < want && v->n < 4096) {
+        size_t len = sizes[(size_t)rand_r(&seed) % (sizeof sizes / sizeof *sizes)];
+        if (len > want - v->total) len = want - v->total;
+        uint8_t *b = len || v->n % 2 ? malloc(len + GUARD) : NULL;
+        if (b) memset(b, 0xAB, len + GUARD);
+        v->iov[v->n++] = (tzr_iovec){b, len};
+        v->total += len;
+    }
+    return v;
+}
+
+/* 1 when no byte after any buffer was touched. */
+static int iovs_guards_ok(const iov_set *v) {
+    for (int i = 0; i < v->n; i++) {
+        const uint8_t *b = v->iov[i].base;
+        for (size_t g = 0; b && g < GUARD; g++)
+            if (b[v->iov[i].len + g] != 0xAB) return 0;
+    }
+    return 1;
+}
+
+/* 0 when the buffers hold want's bytes in order and no guard was touched. */
+static int iovs_check(const iov_set *v, const unsigned char *want) {
+    size_t at = 0;
+    for (int i = 0; i < v->n; i++) {
+        size_t len = v->iov[i].len;
+        if (len && memcmp(v->iov[i].base, want + at, len) != 0) return -1;
+        at += len;
+    }
+    return iovs_guards_ok(v) ? 0 : -2;
+}
+
+static void iovs_free(iov_set *v) {
+    for (int i = 0; i < v->n; i++) free(v->iov[i].base);
+    free(v);
+}
+
+/* readv_at straight on the source under a fault mode, at offsets that are
+ * and are not range-aligned, the last one ending at the object's end. */
+static void readv_mode(const char *mode) {
+    tzr_http_options o = fast_opts();
+    o.range_bytes = 4096;
+    char url[512];
+    url_of(url, sizeof url, mode, "big.bin");
+    tzr_source *s = NULL;
+    CHECK_OK(tzr_source_open_url(&s, url, &o));
+    if (!s) return;
+    CHECK(s->readv_at != NULL && s->pack_reads);
+    clear_log();
+    size_t ranges = 0;
+    for (unsigned round = 0; s->readv_at && round < 4; round++) {
+        iov_set *v = iovs_make(200000 + round * 777, round + 1);
+        uint64_t offs[4] = {0, 4095, 12345 + round, BIG - v->total};
+        uint64_t off = offs[round];
+        CHECK_OK(s->readv_at(s, v->iov, v->n, off));
+        CHECK(iovs_check(v, big + off) == 0);
+        ranges += (off + v->total - 1) / 4096 - off / 4096 + 1;
+        iovs_free(v);
+    }
+    char needle[64];
+    snprintf(needle, sizeof needle, "GET /%s/big.bin", mode);
+    size_t gets = log_count(needle);
+    fprintf(stderr, "  %s: %zu GETs for at most %zu ranges\n", mode, gets, ranges);
+    if (strcmp(mode, "ok") != 0) CHECK(gets > ranges); /* faults happened and were retried */
+    tzr_source_free(s);
+}
+
+static void readv_scatter(void) {
+    readv_mode("ok");
+    readv_mode("cut");
+    readv_mode("e503once");
+}
+
+/* Argument checks and a server sending too much: nothing written past the
+ * buffers. */
+static void readv_bounds(void) {
+    tzr_http_options o = fast_opts();
+    o.range_bytes = 4096;
+    char url[512];
+    url_of(url, sizeof url, "ok", "big.bin");
+    tzr_source *s = NULL;
+    CHECK_OK(tzr_source_open_url(&s, url, &o));
+    if (!s || !s->readv_at) return;
+    unsigned char a[64], b[64];
+    tzr_iovec none[3] = {{NULL, 0}, {a, 0}, {NULL, 0}};
+    CHECK_OK(s->readv_at(s, none, 0, 0));
+    CHECK_OK(s->readv_at(s, none, 3, BIG));
+    CHECK_RC(s->readv_at(s, none, -1, 0), TZR_EINVAL);
+    tzr_iovec nobuf[2] = {{a, 8}, {NULL, 8}};
+    CHECK_RC(s->readv_at(s, nobuf, 2, 0), TZR_EINVAL);
+    tzr_iovec huge[2] = {{a, SIZE_MAX}, {b, 2}};
+    CHECK_RC(s->readv_at(s, huge, 2, 0), TZR_EINVAL);
+    tzr_iovec two[2] = {{a, 40}, {b, 40}};
+    CHECK_RC(s->readv_at(s, two, 2, BIG - 79), TZR_ETRUNC);
+    CHECK_OK(s->readv_at(s, two, 2, BIG - 80));
+    CHECK(memcmp(a, big + BIG - 80, 40) == 0 && memcmp(b, big + BIG - 40, 40) == 0);
+    tzr_source_free(s);
+    url_of(url, sizeof url, "longer", "big.bin");
+    CHECK_OK(tzr_source_open_url(&s, url, &o));
+    if (!s) return;
+    iov_set *v = iovs_make(3000, 7);
+    CHECK_RC(s->readv_at(s, v->iov, v->n, 100), TZR_EHTTP);
+    fprintf(stderr, "  message: %s\n", tzr_last_error());
+    CHECK(strstr(tzr_last_error(), "more bytes than requested") != NULL);
+    CHECK(iovs_guards_ok(v));
+    iovs_free(v);
+    tzr_source_free(s);
+}
+
+/* A source forwarding to the HTTP one, counting vectored reads: shows the
+ * loader scattered packed tensors through readv_at. */
+typedef struct count_src {
+    tzr_source base;
+    tzr_source *inner;
+    atomic_int readv_calls;
+} count_src;
+
+static int count_read(tzr_source *s, void *buf, size_t len, uint64_t off) {
+    count_src *c = (count_src *)s;
+    return c->inner->read_at(c->inner, buf, len, off);
+}
+
+static int count_readv(tzr_source *s, const tzr_iovec *iov, int n, uint64_t off) {
+    count_src *c = (count_src *)s;
+    atomic_fetch_add(&c->readv_calls, 1);
+    return c->inner->readv_at(c->inner, iov, n, off);
+}
+
+static void count_destroy(tzr_source *s) {
+    count_src *c = (count_src *)s;
+    tzr_source_free(c->inner);
+    free(c);
+}
+
+/* tzr_load of an http:// URL into the host sink: many small tensors packed
+ * into reads of 64 KiB over 4 KiB ranges, under faults; every tensor's
+ * bytes equal the generator's. */
+static void load_host_over_http(void) {
+    gen_spec spec = {150, 16u << 10, 2500, 1, NULL};
+    char path[700];
+    snprintf(path, sizeof path, "%s/many.tensors", srv_dir);
+    CHECK_OK(gen_write(&spec, path));
+    const char *modes[] = {"ok", "cut", "e503once"};
+    for (int m = 0; m < 3; m++) {
+        tzr_http_options o = fast_opts();
+        o.range_bytes = 4096;
+        char url[512];
+        url_of(url, sizeof url, modes[m], "many.tensors");
+        count_src *c = calloc(1, sizeof *c);
+        CHECK_OK(tzr_source_open_url(&c->inner, url, &o));
+        if (!c->inner) {
+            free(c);
+            return;
+        }
+        c->base = *c->inner;
+        c->base.read_at = count_read;
+        c->base.readv_at = count_readv;
+        c->base.destroy = count_destroy;
+        c->base.ctx = c;
+        tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+        ro.verify = 1;
+        tzr_reader *r = NULL;
+        CHECK_OK(tzr_reader_open_source(&r, &c->base, &ro));
+        if (!r) continue;
+        tzr_sink *sink = NULL;
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+        lo.chunk_bytes = 64u << 10;
+        lo.ring_bytes = 1u << 20;
+        lo.threads = 2; /* the Python server is slow with many connections */
+        tzr_load_stats st = {0};
+        double t0 = now_s();
+        CHECK_OK(tzr_load(r, sink, &lo, &st));
+        double dt = now_s() - t0;
+        tzr_http_stats hs = {0};
+        tzr_source_http_stats(c->inner, &hs);
+        size_t bad = 0;
+        for (size_t i = 0; i < tzr_reader_count(r); i++) {
+            uint64_t len, glen;
+            int meta;
+            uint8_t *want = gen_expected(&spec, i, &len, &meta);
+            void *got = NULL;
+            if (tzr_sink_host_data(sink, i, &got, &glen) || glen != len ||
+                (len && memcmp(got, want, len) != 0))
+                bad++;
+            free(want);
+        }
+        fprintf(stderr,
+                "  %s: %zu tensors in %.2f s: %" PRIu64 " reads, %d vectored; %" PRIu64
+                " GETs, %" PRIu64 " retried; %zu differ\n",
+                modes[m], tzr_reader_count(r), dt, st.reads, atomic_load(&c->readv_calls),
+                hs.requests, hs.retries, bad);
+        CHECK(bad == 0);
+        CHECK(atomic_load(&c->readv_calls) > 0);
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+    }
+    unlink(path);
+}
+
+/* ------------------------------------------------------------ Retry-After */
+/* Arrival times (server clock) of the GETs of one range, from the log. */
+static size_t log_times(const char *needle, double *t, size_t cap) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/requests.log", srv_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[1024];
+    size_t n = 0;
+    while (fgets(line, sizeof line, f) && n < cap) {
+        const char *sp = strrchr(line, ' ');
+        if (strstr(line, needle) && sp) t[n++] = strtod(sp + 1, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+/* 429 with Retry-After: 1 on every 2nd GET: the same range is asked for
+ * again no sooner than 1 s later (server clock; only a lower bound). */
+static void retry_after_waits(void) {
+    tzr_http_options o = fast_opts();
+    o.range_bytes = 64u << 10;
+    o.max_inflight = 2;
+    char url[512];
+    url_of(url, sizeof url, "ra1", "big.bin");
+    tzr_source *s = NULL;
+    CHECK_OK(tzr_source_open_url(&s, url, &o));
+    if (!s) return;
+    clear_log();
+    unsigned char *buf = malloc(256u << 10);
+    CHECK_OK(s->read_at(s, buf, 256u << 10, 0));
+    CHECK(memcmp(buf, big, 256u << 10) == 0);
+    size_t retried = 0;
+    double min_gap = 1e9;
+    for (int k = 0; k < 4; k++) {
+        char needle[96];
+        double t[16];
+        snprintf(needle, sizeof needle, "GET /ra1/big.bin bytes=%d-%d ", k << 16, ((k + 1) << 16) - 1);
+        size_t n = log_times(needle, t, 16);
+        if (n > 1) retried++;
+        for (size_t i = 1; i < n; i++)
+            if (t[i] - t[i - 1] < min_gap) min_gap = t[i] - t[i - 1];
+    }
+    fprintf(stderr, "  %zu of 4 ranges retried; shortest gap before a retry %.3f s\n", retried,
+            min_gap);
+    CHECK(retried >= 1);
+    CHECK(min_gap >= 0.9);
+    free(buf);
+    tzr_source_free(s);
+}
+
+/* 503 with Retry-After: 3600 against a 20 s budget: fails at once, saying
+ * why, instead of sleeping past the budget. */
+static void retry_after_past_budget(void) {
+    tzr_http_options o = fast_opts();
+    char url[512];
+    url_of(url, sizeof url, "ralong", "big.bin");
+    tzr_source *s = NULL;
+    CHECK_OK(tzr_source_open_url(&s, url, &o));
+    if (!s) return;
+    unsigned char *buf = malloc(4u << 20);
+    double t0 = now_s();
+    int rc = s->read_at(s, buf, 4u << 20, 0);
+    double dt = now_s() - t0;
+    const char *m = tzr_last_error();
+    fprintf(stderr, "  failed with %d after %.2f s: %s\n", rc, dt, m);
+    CHECK(rc == TZR_EHTTP || rc == TZR_ENET);
+    CHECK(dt < o.total_timeout_s / 2);
+    CHECK(strstr(m, "/ralong/big.bin") != NULL && strstr(m, "GET bytes ") != NULL);
+    CHECK(strstr(m, "Retry-After") != NULL && strstr(m, "time budget") != NULL);
+    free(buf);
+    tzr_source_free(s);
+}
+
+static void retry_after_parse(void) {
+    CHECK(tzr_http_retry_after_parse("0") == 0);
+    CHECK(tzr_http_retry_after_parse("120") == 120);
+    CHECK(tzr_http_retry_after_parse("99999999999999999999999") == 1e9);
+    CHECK(tzr_http_retry_after_parse("1.5") == -1);
+    CHECK(tzr_http_retry_after_parse("soon") == -1);
+    CHECK(tzr_http_retry_after_parse("") == -1);
+    CHECK(tzr_http_retry_after_parse("Fri, 31 Dec 1999 23:59:59 GMT") == 0); /* past: now */
+    double d = tzr_http_retry_after_parse("Fri, 31 Dec 2100 23:59:59 GMT");
+    CHECK(d > 1e9);
+    int asked;
+    CHECK(tzr_http_retry_delay_s(1, 429, 30, &asked) == 30 && asked);
+    CHECK(tzr_http_retry_delay_s(1, 503, 30, &asked) == 30 && asked);
+    CHECK(tzr_http_retry_delay_s(1, 500, 30, &asked) < 1 && !asked); /* only 429/503 */
+    CHECK(tzr_http_retry_delay_s(1, 429, -1, &asked) < 1 && !asked);
+    CHECK(tzr_http_retry_delay_s(1, 429, 0, &asked) > 0 && !asked);
 }
 
 /* ------------------------------------------------------------ S3 (Swift) */
@@ -684,6 +997,12 @@ int main(int argc, char **argv) {
     RUN(name_has_no_query);
     RUN(sparse_10g);
     RUN(golden_via_reader);
+    RUN(readv_scatter);
+    RUN(readv_bounds);
+    RUN(load_host_over_http);
+    RUN(retry_after_parse);
+    RUN(retry_after_waits);
+    RUN(retry_after_past_budget);
     RUN(server_dies);
     stop_server();
     free(big);

@@ -22,9 +22,11 @@ static const char usage[] =
     "      --key-file PATH     encrypt with this 32-byte raw key\n"
     "      --password-file P   encrypt with a key derived from this password\n"
     "                          (Argon2id, tensorizer's defaults)\n"
+    "      --ca-bundle PEM     trust these CAs for https:// and s3:// (default:\n"
+    "                          $AWS_CA_BUNDLE, else the system's)\n"
     "      --index-bytes N     index reservation (default 262144, as tensorizer)\n"
     "      --compress zstd[:L] zstd frames, byte planes for 2/4-byte dtypes (level L,\n"
-    "                          default 3); libtzr extension: tensorizer refuses such files\n"
+    "                          default 1); libtzr extension: tensorizer refuses such files\n"
     "      --shards N          write N rank shards PREFIX-rank-0000k-of-0000N.tensors and\n"
     "                          the manifest PREFIX.tzr-index.json (PREFIX: OUT less .tensors)\n"
     "      --split-dim RULES   how --shards cuts tensors: \"glob=DIM,glob=replicate,...\"\n"
@@ -121,7 +123,7 @@ int main(int argc, char **argv) {
     int shards = 0;
     const char *rules = NULL;
     int zlevel = -1; /* --compress: zstd level (0 = default) */
-    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS };
+    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA };
     static const struct option longs[] = {{"output", required_argument, 0, 'o'},
                                           {"key-file", required_argument, 0, O_KEY},
                                           {"password-file", required_argument, 0, O_PW},
@@ -129,6 +131,7 @@ int main(int argc, char **argv) {
                                           {"shards", required_argument, 0, O_SHARDS},
                                           {"split-dim", required_argument, 0, O_RULES},
                                           {"compress", required_argument, 0, O_COMPRESS},
+                                          {"ca-bundle", required_argument, 0, O_CA},
                                           {"quiet", no_argument, 0, 'q'},
                                           {"help", no_argument, 0, 'h'},
                                           {"version", no_argument, 0, O_VERSION},
@@ -139,6 +142,7 @@ int main(int argc, char **argv) {
         case 'o': output = optarg; break;
         case O_KEY: if (cli_load_key_file(&key_material, optarg)) return EXIT_USAGE; break;
         case O_PW: if (cli_load_password_file(&key_material, optarg)) return EXIT_USAGE; break;
+        case O_CA: if (cli_set_ca_bundle(optarg)) return EXIT_USAGE; break;
         case O_INDEX: index_bytes = strtoull(optarg, NULL, 10); break;
         case O_SHARDS: shards = atoi(optarg); break;
         case O_RULES: rules = optarg; break;

@@ -7,14 +7,19 @@ HEAD, GET and Range support, ETag and If-Match (412 on mismatch).
 The first path component selects a fault mode: /MODE/NAME serves DIR/NAME.
   ok       no faults
   e503     every 2nd GET answers 503
+  e503once the first GET of every distinct Range answers 503 (each range
+           fails exactly once, however requests interleave)
   e429     every 2nd GET answers 429 (Retry-After: 0)
+  ra1      every 2nd GET answers 429 (Retry-After: 1)
+  ralong   every 2nd GET answers 503 (Retry-After: 3600)
   cut      every 2nd GET sends half of its body, then closes the connection
   stall    every 2nd GET sends half of its body, then stalls for 60 s
   etag     after 3 GETs the ETag changes (the object was "replaced")
   die      after 3 GETs the server process exits
   norange  ignores Range (always 200 with the whole file)
   longer   answers 206 with one more byte than asked for
-Every request is logged to DIR/requests.log as "METHOD PATH RANGE".
+Every request is logged to DIR/requests.log as "METHOD PATH RANGE TIME"
+(TIME: seconds on the monotonic clock, when the request arrived).
 """
 import os
 import sys
@@ -25,6 +30,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ROOT = sys.argv[1]
 LOCK = threading.Lock()
 COUNTS = {}
+SEEN = set()
+
+
+def first_time(key):
+    with LOCK:
+        new = key not in SEEN
+        SEEN.add(key)
+        return new
 
 
 def bump(mode):
@@ -35,6 +48,9 @@ def bump(mode):
 
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: without TCP_NODELAY a
+    # small body waits for the client's delayed ACK (tens of ms per GET).
+    disable_nagle_algorithm = True
 
     def log_message(self, *a):
         pass
@@ -51,7 +67,8 @@ class H(BaseHTTPRequestHandler):
 
     def _log(self):
         with LOCK, open(os.path.join(ROOT, "requests.log"), "a") as f:
-            f.write("%s %s %s\n" % (self.command, self.path, self.headers.get("Range", "-")))
+            f.write("%s %s %s %.3f\n" % (self.command, self.path, self.headers.get("Range", "-"),
+                                         time.monotonic()))
 
     def _send_simple(self, code, extra=None):
         self.send_response(code)
@@ -89,8 +106,14 @@ class H(BaseHTTPRequestHandler):
             return self._send_simple(412)
         if mode == "e503" and n % 2 == 0:
             return self._send_simple(503)
+        if mode == "e503once" and first_time((self.path, self.headers.get("Range"))):
+            return self._send_simple(503)
         if mode == "e429" and n % 2 == 0:
             return self._send_simple(429, {"Retry-After": "0"})
+        if mode == "ra1" and n % 2 == 0:
+            return self._send_simple(429, {"Retry-After": "1"})
+        if mode == "ralong" and n % 2 == 0:
+            return self._send_simple(503, {"Retry-After": "3600"})
         rng = self.headers.get("Range")
         start, end, code = 0, size - 1, 200
         if rng and mode != "norange":

@@ -45,6 +45,14 @@ static unsigned char *slurp(const char *path, size_t *len, size_t cap) {
     return buf;
 }
 
+int cli_set_ca_bundle(const char *path) {
+    if (access(path, R_OK) != 0) {
+        cli_error("--ca-bundle: %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return setenv("AWS_CA_BUNDLE", path, 1) == 0 ? 0 : -1;
+}
+
 int cli_load_key_file(cli_crypt *c, const char *path) {
     size_t n;
     unsigned char *b = slurp(path, &n, 4096);

@@ -30,6 +30,11 @@ int cli_load_password_file(cli_crypt *c, const char *path);
 void cli_crypt_apply(const cli_crypt *c, tzr_crypt_params *p);
 void cli_crypt_clear(cli_crypt *c);
 
+/* --ca-bundle PEM: trust the CAs in PEM for https:// and s3:// (every URL
+ * the library opens, shard files included; it sets AWS_CA_BUNDLE, which the
+ * HTTP layer reads). Returns 0 or prints and returns -1. */
+int cli_set_ca_bundle(const char *path);
+
 /* Progress on stderr, only when it is a terminal: bytes done, GB/s, ETA. */
 typedef struct cli_progress {
     int enabled;
