@@ -37,7 +37,7 @@ typedef struct tzr_http_options {
     int anonymous;             /* 1: never sign (public buckets) */
     const char *ca_bundle;     /* PEM file of trusted CAs; NULL: $AWS_CA_BUNDLE, else system */
     int insecure;              /* 1: do not verify TLS certificates */
-    size_t range_bytes;        /* bytes per ranged GET (0: 8 MiB) */
+    size_t range_bytes;        /* bytes per ranged GET (0: 16 MiB) */
     int max_inflight;          /* concurrent GETs per read_at (0: 16) */
     double total_timeout_s;    /* budget for one read_at incl. retries (0: 300) */
     int max_retries;           /* per range (0: 8; -1: none) */

@@ -48,6 +48,7 @@
 #define SLOTS_PER_THREAD 4
 #define MAX_THREADS 64
 #define MAX_FORCED_SLOT ((size_t)64 << 20)
+#define TENSOR_LOCKS 64
 
 typedef struct piece {
     size_t tensor;       /* index in the reader */
@@ -76,8 +77,7 @@ typedef struct tstate {
     int selected;
     size_t pieces_total;
     size_t pieces_retired; /* guarded by the reporter lock */
-    /* ordered hashing, guarded by lock */
-    pthread_mutex_t lock;
+    /* ordered hashing, guarded by tensor_lock() */
     uint64_t hashed_upto;
     int hashing;
     tzr_hasher hs;
@@ -126,6 +126,9 @@ typedef struct pipeline {
     atomic_uint_fast64_t bytes_done, bytes_read, reads;
     uint64_t total_bytes;
     pthread_mutex_t progress_lock;
+    /* Tensors share TENSOR_LOCKS locks by index: a mutex per tensor cost
+     * 100k initialisations (and 4 MB) on many-tensor files. */
+    pthread_mutex_t tensor_locks[TENSOR_LOCKS];
     size_t staging_bytes;
     size_t header_batch;    /* tensors per phase-1 task */
     size_t last_comp;       /* last selected compressed tensor, or (size_t)-1 */
@@ -245,19 +248,22 @@ static uint8_t *piece_bytes(pipeline *p, piece *pc) {
     return (un->comp ? p->slots[pc->unit % (size_t)p->nslots].buf : piece_base(p, pc)) + pc->uoff;
 }
 
+static pthread_mutex_t *tensor_lock(pipeline *p, size_t tensor) { return &p->tensor_locks[tensor % TENSOR_LOCKS]; }
+
 /* Hash pieces of one tensor strictly in order, delivering each after its
  * hash. Called with the piece that may be next; parks it otherwise. */
 static int hash_in_order(pipeline *p, piece *pc) {
     tstate *t = &p->ts[pc->tensor];
-    pthread_mutex_lock(&t->lock);
+    pthread_mutex_t *lock = tensor_lock(p, pc->tensor);
+    pthread_mutex_lock(lock);
     if (t->hashing || t->hashed_upto != pc->toff) {
         pc->next_parked = t->parked;
         t->parked = pc;
-        pthread_mutex_unlock(&t->lock);
+        pthread_mutex_unlock(lock);
         return 0;
     }
     t->hashing = 1;
-    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(lock);
     int rc = 0;
     while (pc) {
         int s = (int)(pc->unit % (size_t)p->nslots);
@@ -278,7 +284,7 @@ static int hash_in_order(pipeline *p, piece *pc) {
             fail_at(p, rc, pc->tensor);
             /* Keep draining so parked pieces do not hold slots forever. */
         }
-        pthread_mutex_lock(&t->lock);
+        pthread_mutex_lock(lock);
         t->hashed_upto = pc->toff + pc->len;
         piece *next = NULL, **pp = &t->parked;
         while (*pp) {
@@ -290,7 +296,7 @@ static int hash_in_order(pipeline *p, piece *pc) {
             pp = &(*pp)->next_parked;
         }
         if (!next) t->hashing = 0;
-        pthread_mutex_unlock(&t->lock);
+        pthread_mutex_unlock(lock);
         pc = next;
         if (rc) break;
     }
@@ -697,6 +703,14 @@ static int plan(pipeline *p, size_t chunk, size_t ring) {
     uint64_t uoff = 0, uend = 0;
     size_t ufirst = 0;
     int rc = 0;
+    /* Room for the usual plan up front (one piece per tensor plus one per
+     * chunk; more grows by doubling): growing from small copies the
+     * arrays a dozen times on 100k-tensor files. */
+    size_t est = 16;
+    for (size_t i = 0; i < p->n; i++) est += p->ts[i].selected;
+    est += (size_t)(p->total_bytes / (chunk / 2));
+    if ((p->pieces = tzr_alloc_big(est * sizeof *p->pieces))) pcap = est;
+    if ((p->units = tzr_alloc_big(est * sizeof *p->units))) ucap = est;
     if (tzr_reader_source(p->r)->pack_reads) {
         rc = plan_packed(p, chunk, ring, &pcap, &ucap);
         goto assign;
@@ -836,6 +850,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     pthread_mutex_init(&p->err_lock, NULL);
     pthread_mutex_init(&p->report_lock, NULL);
     pthread_mutex_init(&p->progress_lock, NULL);
+    for (int k = 0; k < TENSOR_LOCKS; k++) pthread_mutex_init(&p->tensor_locks[k], NULL);
     tzr_source *src = tzr_reader_source(r);
     size_t chunk = opt->chunk_bytes ? opt->chunk_bytes : src->preferred_chunk ? src->preferred_chunk : DEFAULT_CHUNK;
     size_t ring = opt->ring_bytes ? opt->ring_bytes : DEFAULT_RING;
@@ -855,7 +870,6 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         p->ts[i].selected = !opt->filter || opt->filter(opt->filter_ctx, i, t);
         p->want[i] = (unsigned char)p->ts[i].selected;
-        pthread_mutex_init(&p->ts[i].lock, NULL);
         if (p->ts[i].selected) p->total_bytes += t->nbytes;
     }
     /* Phase 1: every selected header (parallel for remote sources). */
@@ -967,7 +981,6 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     }
     for (size_t i = 0; p->ts && i < p->n; i++) {
         if (p->ts[i].hs_live) tzr_hasher_free(&p->ts[i].hs);
-        pthread_mutex_destroy(&p->ts[i].lock);
     }
     if (stats) {
         struct timespec ts;
@@ -992,6 +1005,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     pthread_mutex_destroy(&p->err_lock);
     pthread_mutex_destroy(&p->report_lock);
     pthread_mutex_destroy(&p->progress_lock);
+    for (int k = 0; k < TENSOR_LOCKS; k++) pthread_mutex_destroy(&p->tensor_locks[k]);
     free(p);
     return rc;
 }
