@@ -235,7 +235,7 @@ typedef struct call_io {
 
 void tzr_http_copy_hval(char *dst, size_t cap, const char *v, size_t n) {
     while (n > 0 && (*v == ' ' || *v == '\t')) v++, n--;
-    while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ')) n--;
+    while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
     if (n >= cap) n = cap - 1;
     memcpy(dst, v, n);
     dst[n] = 0;

@@ -3,7 +3,8 @@
 #include "internal.h"
 /* malloc for large buffers: huge-page aligned and advised; free() frees. */
 TZR_HIDDEN void *tzr_alloc_big(size_t len);
-/* Zeroed and overflow-checked (calloc; not huge-page advised). */
+/* Zeroed and overflow-checked (calloc: fresh pages are not written);
+ * from 4 MiB on, the 2 MiB-aligned interior is huge-page advised. */
 TZR_HIDDEN void *tzr_calloc_big(size_t n, size_t size);
 /* A larger copy of p (old_len bytes kept); p is freed. NULL on failure
  * (p is then untouched). */

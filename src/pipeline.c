@@ -618,9 +618,10 @@ static int plan_compressed(pipeline *p, size_t i, size_t chunk, size_t ring, siz
     /* The load ends with the last units' decompression, one thread per
      * unit: the last compressed tensor ends in single-frame units, so that
      * tail is one frame's work spread over the threads, not several. */
-    uint64_t single_from = i == p->last_comp && ci->nframes > (uint64_t)p->taper ? ci->nframes - (uint64_t)p->taper
-                           : i == p->last_comp                                   ? 0
-                                                                                 : ci->nframes;
+    /* (Not when encrypted: each unit is widened to whole crypt chunks, and
+     * single frames would read and decrypt a shared chunk many times.) */
+    int taper = i == p->last_comp && !cs;
+    uint64_t single_from = !taper ? ci->nframes : ci->nframes > (uint64_t)p->taper ? ci->nframes - (uint64_t)p->taper : 0;
     while (f < ci->nframes && !rc) {
         uint64_t f1 = f + 1, s1 = soff + tzr_comp_frame(ci, f);
         while (f1 < ci->nframes && f1 < single_from && s1 + tzr_comp_frame(ci, f1) - soff <= smax &&
@@ -726,8 +727,14 @@ static int plan(pipeline *p, size_t chunk, size_t ring) {
      * chunk; more grows by doubling): growing from small copies the
      * arrays a dozen times on 100k-tensor files. */
     size_t est = 16;
-    for (size_t i = 0; i < p->n; i++) est += p->ts[i].selected;
-    est += (size_t)(p->total_bytes / (chunk / 2));
+    uint64_t stored = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->ts[i].selected) {
+            est++;
+            stored += tzr_reader_tensor(p->r, i)->data_length;
+        }
+    est += (size_t)(stored / (chunk / 2));
+    if (est > ((size_t)1 << 22)) est = (size_t)1 << 22; /* beyond that, doubling */
     if ((p->pieces = tzr_alloc_big(est * sizeof *p->pieces))) pcap = est;
     if ((p->units = tzr_alloc_big(est * sizeof *p->units))) ucap = est;
     if (tzr_reader_source(p->r)->pack_reads) {

@@ -31,7 +31,7 @@ static const char usage[] =
     "      --ca-bundle PEM     trust these CAs for https:// and s3:// (default:\n"
     "                          $AWS_CA_BUNDLE, else the system's)\n"
     "      --threads N         pipeline threads (default: CPUs)\n"
-    "      --chunk-mib N       read size in MiB (default 8)\n"
+    "      --chunk-mib N       read size in MiB (default 8; 16 from http(s)/s3)\n"
     "      --ring-mib N        staging memory budget in MiB (default 256)\n"
     "  -q, --quiet             no progress bar\n"
     "  -h, --help              this help;  --version  library version\n"
