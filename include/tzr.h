@@ -160,7 +160,11 @@ typedef struct tzr_iovec {
     size_t len;
 } tzr_iovec;
 
-/* A positional byte source. read_at must read exactly len bytes at offset
+/* A positional byte source. Implementations zero the whole struct before
+ * filling it in (`tzr_source s = {0}` or calloc), so fields added later
+ * start off; until 1.0 (libtzr.so.0) such additions change the ABI and
+ * a source must be rebuilt against the matching header.
+ * read_at must read exactly len bytes at offset
  * off into buf and be safe to call from several threads at once on disjoint
  * or overlapping ranges. It returns 0, TZR_ETRUNC when the source ends
  * first, or another TZR_E* code with the thread's message set. */
