@@ -132,6 +132,7 @@ typedef struct pipeline {
     pthread_mutex_t tensor_locks[TENSOR_LOCKS];
     size_t staging_bytes;
     size_t header_batch;    /* tensors per phase-1 task */
+    int keep_headers;       /* headers read with the data are installed, not only checked */
     size_t last_comp;       /* last selected compressed tensor, or (size_t)-1 */
     int taper;              /* its last this many frames are units of their own */
 } pipeline;
@@ -487,7 +488,9 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
             /* Scatter: the header is the tail of the gap before the data. */
             const uint8_t *hdr = un->scatter ? buf + gap_at[k] - (info->data_offset - info->header_offset)
                                              : buf + (info->header_offset - un->off);
-            rc = tzr_reader_install_header(p->r, pc->tensor, hdr, (size_t)(info->data_offset - info->header_offset));
+            size_t hlen = (size_t)(info->data_offset - info->header_offset);
+            rc = p->keep_headers ? tzr_reader_install_header(p->r, pc->tensor, hdr, hlen)
+                                 : tzr_reader_check_header(p->r, pc->tensor, hdr, hlen);
             if (rc) {
                 free(gap_at);
                 return fail_at(p, rc, pc->tensor);
@@ -870,6 +873,9 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     p->sink = sink;
     p->opt = opt;
     p->verify = opt->verify >= 0 ? opt->verify : tzr_reader_verifying(r);
+    /* Only verification needs a header after its check (plaintext: no
+     * crypt or frame tables); not keeping 100k parsed copies saves time. */
+    p->keep_headers = p->verify || tzr_reader_encrypted(r) || tzr_reader_compressed(r);
     p->n = tzr_reader_count(r);
     pthread_mutex_init(&p->slot_lock, NULL);
     pthread_cond_init(&p->slot_cond, NULL);

@@ -156,6 +156,7 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
     t->stored_length = e->data_length;
     t->uncompressed_length = t->meta ? 0 : t->nbytes;
     t->compression = r->comp_info ? -1 : TZR_COMPRESSION_NONE; /* known with the header */
+    t->byte_planes = 1;
     uint64_t end;
     if (e->header_offset < data_start || e->header_offset < *prev_end)
         BAD(TZR_EFORMAT, "header offset %llu overlaps the index or the previous tensor",
@@ -224,6 +225,16 @@ static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t le
         return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu: %u byte planes for %u-byte elements",
                         tzr_reader_what(r, i, what, sizeof what), (unsigned long long)t->header_offset, ci->planes,
                         t->itemsize);
+    return 0;
+}
+
+int tzr_reader_check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len) {
+    tzr_tensor_header h;
+    int rc = check_header(r, i, bytes, len, &h);
+    if (rc) return rc;
+    pthread_mutex_lock(&r->lock);
+    r->t[i].info.module_idx = h.module_idx;
+    pthread_mutex_unlock(&r->lock);
     return 0;
 }
 

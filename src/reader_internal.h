@@ -11,6 +11,11 @@ TZR_HIDDEN int tzr_reader_header(tzr_reader *r, size_t i, const tzr_tensor_heade
 /* Hand over header bytes the caller already read (a coalesced read);
  * parsed and checked against the index exactly like a fresh read. */
 TZR_HIDDEN int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len);
+/* Check header bytes against the index and record the module index, without
+ * keeping a copy: for loads that will not need the header again (no
+ * verification; plaintext, uncompressed). A later tzr_reader_header reads
+ * it from the source. */
+TZR_HIDDEN int tzr_reader_check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len);
 /* Read the headers of tensors [from, to) not yet read (only those with
  * want[i] set when want is given), coalescing nearby ones into one read. */
 TZR_HIDDEN int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigned char *want);
