@@ -181,10 +181,11 @@ double tzr_http_retry_after_parse(const char *v) {
         if (*end) return -1;
         return n > 1000000000ull ? 1e9 : (double)n;
     }
-    struct tm tm = {0};
-    const char *end = strptime(v, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    if (!end || *end) return -1;
-    double d = difftime(timegm(&tm), time(NULL));
+    /* An HTTP-date in any of the three forms RFC 9110 has recipients
+     * accept; curl's parser, unlike strptime, ignores the locale. */
+    time_t at = curl_getdate(v, NULL);
+    if (at == (time_t)-1) return -1;
+    double d = difftime(at, time(NULL));
     return d > 0 ? d : 0;
 }
 

@@ -725,6 +725,11 @@ static void retry_after_parse(void) {
     CHECK(tzr_http_retry_after_parse("Fri, 31 Dec 1999 23:59:59 GMT") == 0); /* past: now */
     double d = tzr_http_retry_after_parse("Fri, 31 Dec 2100 23:59:59 GMT");
     CHECK(d > 1e9);
+    /* the obsolete forms (RFC 850, asctime), and not the process locale */
+    CHECK(tzr_http_retry_after_parse("Friday, 31-Dec-99 23:59:59 GMT") == 0);
+    CHECK(tzr_http_retry_after_parse("Fri Dec 31 23:59:59 1999") == 0);
+    d = tzr_http_retry_after_parse("Sun Nov  6 08:49:37 2101");
+    CHECK(d > 1e9);
     int asked;
     CHECK(tzr_http_retry_delay_s(1, 429, 30, &asked) == 30 && asked);
     CHECK(tzr_http_retry_delay_s(1, 503, 30, &asked) == 30 && asked);
