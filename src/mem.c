@@ -28,6 +28,12 @@ void *tzr_alloc_big(size_t len) {
     return p;
 }
 
+void tzr_advise_inside(void *p, size_t len, size_t align, int advice) {
+    uintptr_t lo = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
+    uintptr_t hi = ((uintptr_t)p + len) & ~(uintptr_t)(align - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, advice);
+}
+
 void *tzr_calloc_big(size_t n, size_t size) {
     /* calloc: large blocks come from fresh mmap pages that are already
      * zero, so nothing is written before first use; the huge-page advice
@@ -36,11 +42,7 @@ void *tzr_calloc_big(size_t n, size_t size) {
     uint8_t *p = calloc(n ? n : 1, size ? size : 1);
 #ifdef MADV_HUGEPAGE
     size_t len = n * size; /* calloc checked the product */
-    if (p && len >= 2 * HUGE_PAGE) {
-        uintptr_t lo = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-        uintptr_t hi = ((uintptr_t)p + len) & ~(uintptr_t)(HUGE_PAGE - 1);
-        if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-    }
+    if (p && len >= 2 * HUGE_PAGE) tzr_advise_inside(p, len, HUGE_PAGE, MADV_HUGEPAGE);
 #endif
     return p;
 }

@@ -3,6 +3,9 @@
 #include "internal.h"
 /* malloc for large buffers: huge-page aligned and advised; free() frees. */
 TZR_HIDDEN void *tzr_alloc_big(size_t len);
+/* madvise the align-aligned pages that lie wholly inside [p, p+len)
+ * (align: a power of two); errors are ignored, as advice is optional. */
+TZR_HIDDEN void tzr_advise_inside(void *p, size_t len, size_t align, int advice);
 /* Zeroed and overflow-checked (calloc: fresh pages are not written);
  * from 4 MiB on, the 2 MiB-aligned interior is huge-page advised. */
 TZR_HIDDEN void *tzr_calloc_big(size_t n, size_t size);

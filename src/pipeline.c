@@ -435,9 +435,7 @@ static int scatter_read(pipeline *p, unit *un, uint8_t *gaps, tzr_source *src, u
  * MADV_POPULATE_WRITE only maps pages; it never changes their bytes. */
 static void prefault(void *at, size_t len) {
 #ifdef MADV_POPULATE_WRITE
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = ((uintptr_t)at + page - 1) & ~(page - 1), hi = ((uintptr_t)at + len) & ~(page - 1);
-    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE); /* best effort */
+    tzr_advise_inside(at, len, (size_t)sysconf(_SC_PAGESIZE), MADV_POPULATE_WRITE); /* best effort */
 #else
     (void)at;
     (void)len;
@@ -596,6 +594,18 @@ static int add_unit(pipeline *p, size_t *cap, uint64_t off, uint64_t len, size_t
     return 0;
 }
 
+/* How many bytes of tensor i decrypt as one: 0 when it is not encrypted,
+ * else its crypt chunk, or the whole box when it carries one MAC. */
+static int crypt_granule(pipeline *p, size_t i, uint64_t *cs) {
+    const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
+    *cs = 0;
+    if (!t->encrypted) return 0;
+    const tzr_tensor_header *h;
+    int rc = tzr_reader_header(p->r, i, &h);
+    if (!rc) *cs = h->crypt.num_macs > 1 ? h->crypt.chunk_size : t->data_length;
+    return rc;
+}
+
 /* Units of whole frames for a zstd tensor (see the top comment). */
 static int plan_compressed(pipeline *p, size_t i, size_t chunk, size_t ring, size_t *pcap, size_t *ucap) {
     const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
@@ -603,9 +613,8 @@ static int plan_compressed(pipeline *p, size_t i, size_t chunk, size_t ring, siz
     int rc = tzr_reader_header(p->r, i, &h);
     if (rc) return rc;
     const tzr_comp_info *ci = &h->comp;
-    /* Decryption granularity: the crypt chunk, or the whole box. */
-    uint64_t cs = 0;
-    if (t->encrypted) cs = h->crypt.num_macs > 1 ? h->crypt.chunk_size : t->data_length;
+    uint64_t cs;
+    if ((rc = crypt_granule(p, i, &cs))) return rc;
     /* Stored bytes per unit: the chunk; with encryption at least 4 crypt
      * chunks, since the read is widened to whole chunks and a boundary
      * chunk is read by both neighbours (overhead <= cs / smax). Expanded
@@ -675,12 +684,8 @@ static int plan_packed(pipeline *p, size_t chunk, size_t ring, size_t *pcap, siz
             rc = plan_compressed(p, i, chunk, ring, pcap, ucap);
             continue;
         }
-        uint64_t cs = 0; /* pieces hold whole crypt chunks (or the whole box) */
-        if (t->encrypted) {
-            const tzr_tensor_header *h;
-            if ((rc = tzr_reader_header(p->r, i, &h))) break;
-            cs = h->crypt.num_macs > 1 ? h->crypt.chunk_size : t->data_length;
-        }
+        uint64_t cs; /* pieces hold whole crypt chunks (or the whole box) */
+        if ((rc = crypt_granule(p, i, &cs))) break;
         uint64_t toff = 0;
         while (toff < t->data_length && !rc) {
             uint64_t dstart = t->data_offset + toff, left = t->data_length - toff;
@@ -754,14 +759,10 @@ static int plan(pipeline *p, size_t chunk, size_t ring) {
             rc = plan_compressed(p, i, chunk, ring, &pcap, &ucap);
             continue;
         }
-        uint64_t step = chunk;
-        if (t->encrypted) {
-            const tzr_tensor_header *h;
-            if ((rc = tzr_reader_header(p->r, i, &h))) break;
-            /* Pieces must hold whole crypt chunks (or the whole box). */
-            uint64_t cs = h->crypt.num_macs > 1 ? h->crypt.chunk_size : t->data_length;
-            step = cs >= chunk ? cs : chunk - chunk % cs;
-        }
+        uint64_t step = chunk, cs;
+        /* Pieces must hold whole crypt chunks (or the whole box). */
+        if ((rc = crypt_granule(p, i, &cs))) break;
+        if (cs) step = cs >= chunk ? cs : chunk - chunk % cs;
         uint64_t dend = t->data_offset + t->data_length;
         if (t->data_length <= step && t->data_length <= chunk) {
             int small = t->data_length < COALESCE_MAX;
