@@ -53,6 +53,16 @@ static int on_tensor(void *ctx, size_t index, const tzr_tensor_info *t) {
     return 0;
 }
 
+/* A host (0), null (1) or fake asynchronous (2) sink; *f is the fake. */
+static tzr_sink *new_sink(int kind, size_t tensors, fake_sink **f) {
+    tzr_sink *s = NULL;
+    *f = NULL;
+    if (kind == 0) CHECK_OK(tzr_sink_host_new(&s, NULL, NULL));
+    else if (kind == 1) CHECK_OK(tzr_sink_null_new(&s));
+    else s = &(*f = fake_sink_new(tensors))->base;
+    return s;
+}
+
 static void check_host(tzr_sink *sink, tzr_reader *r, const gen_spec *s) {
     for (size_t i = 0; i < tzr_reader_count(r); i++) {
         uint64_t len;
@@ -233,10 +243,8 @@ static void packed_reads(void) {
                         if (t->header_offset < lo) lo = t->header_offset;
                         if (t->data_offset + t->data_length > hi) hi = t->data_offset + t->data_length;
                     }
-                    tzr_sink *sink = NULL;
-                    fake_sink *f = NULL;
-                    if (async) f = fake_sink_new(tzr_reader_count(r));
-                    else CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+                    fake_sink *f;
+                    tzr_sink *sink = new_sink(async ? 2 : 0, tzr_reader_count(r), &f);
                     tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
                     o.chunk_bytes = chunks[c];
                     o.ring_bytes = 4 * chunks[c];
@@ -245,7 +253,7 @@ static void packed_reads(void) {
                     o.on_tensor = on_tensor;
                     o.on_tensor_ctx = &ord;
                     tzr_load_stats st;
-                    CHECK_OK(tzr_load(r, async ? &f->base : sink, &o, &st));
+                    CHECK_OK(tzr_load(r, sink, &o, &st));
                     CHECK(!ord.bad_order && ord.calls == tzr_reader_count(r));
                     if (!specs[k]->key) {
                         CHECK(st.bytes_read <= hi - lo);
@@ -260,11 +268,10 @@ static void packed_reads(void) {
                             CHECK(f->dst[i] && f->len[i] == len && memcmp(f->dst[i], want, len) == 0);
                             free(want);
                         }
-                        tzr_sink_free(&f->base);
                     } else {
                         check_host(sink, r, specs[k]);
-                        tzr_sink_free(sink);
                     }
+                    tzr_sink_free(sink);
                     tzr_reader_free(r);
                 }
 }
@@ -282,11 +289,8 @@ static void read_errors(void) {
             tzr_reader_free(probe);
             tzr_reader *r = open_faulty(plain_path, at, codes[c], sink_kind == 1, NULL);
             if (!r) return;
-            tzr_sink *sink;
-            fake_sink *f = NULL;
-            if (sink_kind == 0) CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
-            else if (sink_kind == 1) CHECK_OK(tzr_sink_null_new(&sink));
-            else sink = &(f = fake_sink_new(tzr_reader_count(r)))->base;
+            fake_sink *f;
+            tzr_sink *sink = new_sink(sink_kind, tzr_reader_count(r), &f);
             tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
             o.chunk_bytes = 1 << 20;
             o.ring_bytes = 4 << 20;
@@ -410,11 +414,8 @@ static void direct_io(void) {
             break;
         }
         src->set_direct(src, 0);
-        tzr_sink *sink;
-        fake_sink *f = NULL;
-        if (sink_kind == 0) CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
-        else if (sink_kind == 1) CHECK_OK(tzr_sink_null_new(&sink));
-        else sink = &(f = fake_sink_new(tzr_reader_count(r)))->base;
+        fake_sink *f;
+        tzr_sink *sink = new_sink(sink_kind, tzr_reader_count(r), &f);
         tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
         o.direct_io = TZR_DIRECT_ON;
         o.chunk_bytes = 1 << 20;

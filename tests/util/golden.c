@@ -1,6 +1,7 @@
 #include "golden.h"
 
 #include <jansson.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,26 @@
 
 void golden_path(const golden_file *g, char *buf, size_t cap) {
     snprintf(buf, cap, "%s/%s", check_golden_dir(), g->file);
+}
+
+void golden_sha256_hex(const void *p, size_t n, char out[65]) {
+    unsigned char d[32];
+    unsigned int len = 32;
+    EVP_Digest(p, n, d, &len, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+int golden_data_ok(const golden_tensor *e, const void *d, uint64_t len) {
+    if (e->data) return len == e->data_len && memcmp(d, e->data, e->data_len) == 0;
+    if (e->data_sha256[0]) {
+        char hex[65];
+        golden_sha256_hex(d, (size_t)len, hex);
+        return strcmp(hex, e->data_sha256) == 0;
+    }
+    if (!e->meta) return 0;
+    for (uint64_t b = 0; b < len; b++)
+        if (((const unsigned char *)d)[b]) return 0;
+    return 1;
 }
 
 static int load_tensor(json_t *jt, golden_tensor *t) {

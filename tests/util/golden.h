@@ -34,4 +34,9 @@ typedef struct golden_file {
 /* Loads every file's entry; returns the count or -1. */
 int golden_load(golden_file **files);
 void golden_path(const golden_file *g, char *buf, size_t cap);
+/* SHA-256 of n bytes as 64 lower-case hex digits. */
+void golden_sha256_hex(const void *p, size_t n, char out[65]);
+/* 1 when the len bytes at d are tensor e's contents as the manifest gives
+ * them: its data, data of its SHA-256, or zeros for a meta tensor. */
+int golden_data_ok(const golden_tensor *e, const void *d, uint64_t len);
 #endif
