@@ -200,6 +200,19 @@ static int parse_comp_block(const uint8_t *buf, size_t start, size_t end, tzr_co
     return 0;
 }
 
+/* A block prefixed by its u64 length: [*start, *end) spans both, the body
+ * begins at *body. */
+static int take_block(tzr_cursor *c, const char *what, size_t *start, size_t *body, size_t *end) {
+    *start = c->pos;
+    uint64_t len = tzr_get64(c);
+    if (c->bad || len > tzr_cursor_left(c))
+        return tzr_fail(TZR_EFORMAT, "%s block of %llu bytes runs past the header", what, (unsigned long long)len);
+    *body = c->pos;
+    tzr_cursor_take(c, (size_t)len);
+    *end = c->pos;
+    return 0;
+}
+
 int tzr_parse_tensor_header(const uint8_t *buf, size_t len, int has_crypt_info, int has_comp_info,
                             tzr_tensor_header *h) {
     memset(h, 0, sizeof *h);
@@ -242,28 +255,15 @@ int tzr_parse_tensor_header(const uint8_t *buf, size_t len, int has_crypt_info, 
         }
     }
     c.pos = hash_end;
+    size_t body;
     if (has_crypt_info) {
-        h->crypt_start = c.pos;
-        uint64_t clen = tzr_get64(&c);
-        if (c.bad || clen > tzr_cursor_left(&c))
-            return tzr_fail(TZR_EFORMAT, "crypt block of %llu bytes runs past the header",
-                            (unsigned long long)clen);
-        size_t body = c.pos;
-        tzr_cursor_take(&c, clen);
-        h->crypt_end = c.pos;
-        int rc = parse_crypt_block(buf, body, h->crypt_end, &h->crypt);
+        int rc = take_block(&c, "crypt", &h->crypt_start, &body, &h->crypt_end);
+        if (!rc) rc = parse_crypt_block(buf, body, h->crypt_end, &h->crypt);
         if (rc) return rc;
     }
     if (has_comp_info) {
-        h->comp_start = c.pos;
-        uint64_t zlen = tzr_get64(&c);
-        if (c.bad || zlen > tzr_cursor_left(&c))
-            return tzr_fail(TZR_EFORMAT, "compression block of %llu bytes runs past the header",
-                            (unsigned long long)zlen);
-        size_t body = c.pos;
-        tzr_cursor_take(&c, zlen);
-        h->comp_end = c.pos;
-        int rc = parse_comp_block(buf, body, h->comp_end, &h->comp);
+        int rc = take_block(&c, "compression", &h->comp_start, &body, &h->comp_end);
+        if (!rc) rc = parse_comp_block(buf, body, h->comp_end, &h->comp);
         if (rc) return rc;
     }
     /* data_length is the last 8 bytes; anything between is ignored (but
