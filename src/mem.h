@@ -1,13 +1,14 @@
 #ifndef TZR_MEM_H
 #define TZR_MEM_H
 #include "internal.h"
-/* malloc for large buffers: huge-page aligned and advised; free() frees. */
+/* malloc for large buffers: from 256 KiB on, 2 MiB aligned and huge-page
+ * advised throughout; free() frees. */
 TZR_HIDDEN void *tzr_alloc_big(size_t len);
 /* madvise the align-aligned pages that lie wholly inside [p, p+len)
  * (align: a power of two); errors are ignored, as advice is optional. */
 TZR_HIDDEN void tzr_advise_inside(void *p, size_t len, size_t align, int advice);
-/* Zeroed and overflow-checked (calloc: fresh pages are not written);
- * from 4 MiB on, the 2 MiB-aligned interior is huge-page advised. */
+/* Zeroed and overflow-checked; from 256 KiB on, laid out as
+ * tzr_alloc_big. */
 TZR_HIDDEN void *tzr_calloc_big(size_t n, size_t size);
 /* A larger copy of p (old_len bytes kept); p is freed. NULL on failure
  * (p is then untouched). */
