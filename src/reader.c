@@ -15,6 +15,7 @@
 #define DEFAULT_MAX_TENSORS (1u << 24)
 #define DEFAULT_MAX_INDEX ((uint64_t)1 << 30)
 #define MAX_HEADER_BYTES ((uint64_t)64 << 20)
+#define FIRST_INDEX_READ ((size_t)64 << 10)
 
 /* The parsed header lives out of line, in the headers arena: most loads
  * never keep one, and inline it tripled the per-tensor memory the index
@@ -449,6 +450,17 @@ int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs) {
     return 0;
 }
 
+/* Where the index's n entries end within the first `have` bytes of it, or
+ * 0 when they do not all fit there (then the whole index is read). */
+static size_t entries_end(const uint8_t *index, size_t have, uint64_t n) {
+    tzr_cursor c = tzr_cursor_make(index, have);
+    for (uint64_t i = 0; i < n; i++) {
+        tzr_index_entry e;
+        if (tzr_parse_index_entry(&c, &e)) return 0;
+    }
+    return n ? c.pos : 0;
+}
+
 static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len) {
     uint64_t n = r->fh.tensor_count;
     r->n = (size_t)n;
@@ -499,10 +511,16 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
         else memcpy(r->password, opt->crypt.password, opt->crypt.password_len);
         r->password_len = opt->crypt.password_len;
     }
-    uint8_t pro[TZR_PROLOGUE_LEN];
-    size_t plen = src->size < TZR_PROLOGUE_LEN ? (size_t)src->size : TZR_PROLOGUE_LEN;
-    if (!rc) rc = src->read_at(src, pro, plen, 0);
-    if (!rc) rc = tzr_parse_prologue(pro, plen, &r->fh);
+    /* One read for the prologue and the start of the index: on S3 that is
+     * one request at open instead of two, and the index's entries usually
+     * end well before its reservation (tensorizer reserves 256 KiB). */
+    size_t first = src->size < TZR_PROLOGUE_LEN + FIRST_INDEX_READ ? (size_t)src->size
+                                                                   : TZR_PROLOGUE_LEN + FIRST_INDEX_READ;
+    uint8_t *head = malloc(first ? first : 1);
+    if (!rc && !head) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    size_t plen = first < TZR_PROLOGUE_LEN ? first : TZR_PROLOGUE_LEN;
+    if (!rc) rc = src->read_at(src, head, first, 0);
+    if (!rc) rc = tzr_parse_prologue(head, plen, &r->fh);
     if (rc && tzr_last_error()[0] && strncmp(tzr_last_error(), src->name, strlen(src->name)) != 0)
         tzr_fail_prefix(rc, "%s: ", src->name);
     uint64_t max_index = opt->max_index_bytes ? opt->max_index_bytes : DEFAULT_MAX_INDEX;
@@ -521,12 +539,23 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
     if (!rc && (r->have_key || r->password) && !r->crypt_info)
         rc = tzr_fail(TZR_ECRYPT, "%s: a key was given but the file is not encrypted", src->name);
     if (!rc) {
-        uint8_t *index = tzr_alloc_big((size_t)r->fh.metadata_len);
-        if (!index) rc = tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte index", (unsigned long long)r->fh.metadata_len);
-        if (!rc) rc = src->read_at(src, index, (size_t)r->fh.metadata_len, TZR_PROLOGUE_LEN);
-        if (!rc) rc = parse_index(r, index, r->fh.metadata_len);
-        free(index);
+        size_t have = first - plen; /* index bytes read with the prologue */
+        if (have > r->fh.metadata_len) have = (size_t)r->fh.metadata_len;
+        size_t used = entries_end(head + plen, have, r->fh.tensor_count);
+        if (used) {
+            rc = parse_index(r, head + plen, used);
+        } else {
+            uint8_t *index = tzr_alloc_big((size_t)r->fh.metadata_len);
+            if (!index)
+                rc = tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte index", (unsigned long long)r->fh.metadata_len);
+            if (!rc) memcpy(index, head + plen, have);
+            if (!rc && r->fh.metadata_len > have)
+                rc = src->read_at(src, index + have, (size_t)r->fh.metadata_len - have, TZR_PROLOGUE_LEN + have);
+            if (!rc) rc = parse_index(r, index, r->fh.metadata_len);
+            free(index);
+        }
     }
+    free(head);
     if (!rc && opt->read_headers) rc = tzr_reader_load_headers(r, 0, r->n, NULL);
     if (rc) {
         tzr_reader_free(r);

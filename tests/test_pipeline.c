@@ -435,6 +435,63 @@ static void direct_io(void) {
     unlink(path);
 }
 
+
+/* Open reads the prologue and the start of the index together: one read
+ * when the entries end within it, a second for the rest of a larger index
+ * (3000 entries pass 64 KiB), which then parses as a whole; a read error
+ * in that second read fails the open with the source's message. */
+static void open_reads(void) {
+    char many_path[600];
+    snprintf(many_path, sizeof many_path, "%s/many-index.tensors", check_tmpdir());
+    gen_spec many = {3000, 64, 16, 0, NULL};
+    CHECK_OK(gen_write(&many, many_path));
+    const char *paths[2] = {plain_path, many_path};
+    for (int k = 0; k < 2; k++) {
+        tzr_reader *r = open_faulty(paths[k], UINT64_MAX, 0, 1, NULL);
+        if (!r) continue;
+        faulty *f = (faulty *)tzr_reader_source(r);
+        CHECK(atomic_load(&f->reads) == (k == 0 ? 1 : 2));
+        const gen_spec *spec = k == 0 ? &plain_spec : &many;
+        CHECK(tzr_reader_count(r) == spec->count);
+        tzr_sink *sink = NULL;
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        CHECK_OK(tzr_load(r, sink, NULL, NULL));
+        size_t bad = 0;
+        for (size_t i = 0; i < tzr_reader_count(r); i++) {
+            uint64_t len, glen = 0;
+            int meta;
+            uint8_t *want = gen_expected(spec, i, &len, &meta);
+            void *got = NULL;
+            size_t found = (size_t)-1;
+            const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+            if (tzr_reader_find(r, t->name, t->name_len, &found) || found != i) bad++;
+            if (tzr_sink_host_data(sink, i, &got, &glen) || glen != len || (len && memcmp(got, want, len) != 0)) bad++;
+            free(want);
+        }
+        CHECK(bad == 0);
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+    }
+    /* The second read fails: the open fails with it. */
+    faulty *f = calloc(1, sizeof *f);
+    CHECK_OK(tzr_source_open_file(&f->inner, many_path, 0));
+    f->base = *f->inner;
+    f->base.read_at = faulty_read;
+    f->base.readv_at = faulty_readv;
+    f->base.is_cached = NULL;
+    f->base.set_direct = NULL;
+    f->base.destroy = faulty_destroy;
+    f->base.name = "faulty";
+    f->base.ctx = f;
+    f->fail_at = 73 + (100u << 10);
+    f->code = TZR_EIO;
+    tzr_reader *r = NULL;
+    CHECK(tzr_reader_open_source(&r, &f->base, NULL) == TZR_EIO);
+    CHECK(r == NULL);
+    CHECK(strstr(tzr_last_error(), "injected read error") != NULL);
+    unlink(many_path);
+}
+
 int main(void) {
     snprintf(plain_path, sizeof plain_path, "%s/plain.tensors", check_tmpdir());
     snprintf(enc_path, sizeof enc_path, "%s/enc.tensors", check_tmpdir());
@@ -451,5 +508,6 @@ int main(void) {
     RUN(cancel_and_callback_error);
     RUN(filter_and_null_budget);
     RUN(direct_io);
+    RUN(open_reads);
     return check_done();
 }
