@@ -202,15 +202,30 @@ static int parse_comp_block(const uint8_t *buf, size_t start, size_t end, tzr_co
 
 /* A block prefixed by its u64 length: [*start, *end) spans both, the body
  * begins at *body. */
-static int take_block(tzr_cursor *c, const char *what, size_t *start, size_t *body, size_t *end) {
+static int take_block_in(tzr_cursor *c, const char *what, const char *in, size_t *start, size_t *body, size_t *end) {
     *start = c->pos;
     uint64_t len = tzr_get64(c);
     if (c->bad || len > tzr_cursor_left(c))
-        return tzr_fail(TZR_EFORMAT, "%s block of %llu bytes runs past the header", what, (unsigned long long)len);
+        return tzr_fail(TZR_EFORMAT, "%s block of %llu bytes runs past the %s", what, (unsigned long long)len, in);
     *body = c->pos;
     tzr_cursor_take(c, (size_t)len);
     *end = c->pos;
     return 0;
+}
+
+static int take_block(tzr_cursor *c, const char *what, size_t *start, size_t *body, size_t *end) {
+    return take_block_in(c, what, "header", start, body, end);
+}
+
+int tzr_parse_comp_block_at(const uint8_t *buf, size_t len, size_t *pos, tzr_comp_info *ci) {
+    memset(ci, 0, sizeof *ci);
+    tzr_cursor c = tzr_cursor_make(buf, len);
+    c.pos = *pos;
+    size_t start, body, end;
+    int rc = take_block_in(&c, "compression", "frame directory", &start, &body, &end);
+    if (!rc) rc = parse_comp_block(buf, body, end, ci);
+    if (!rc) *pos = end;
+    return rc;
 }
 
 int tzr_parse_tensor_header(const uint8_t *buf, size_t len, int has_crypt_info, int has_comp_info,

@@ -123,6 +123,15 @@ typedef struct tzr_tensor_header {
  * follow from the file header (tzr_has_crypt_info, tzr_has_comp_info). */
 TZR_HIDDEN int tzr_parse_tensor_header(const uint8_t *buf, size_t len, int has_crypt_info,
                                        int has_comp_info, tzr_tensor_header *h);
+/* libtzr's frame directory (formats/tensorizer.md §11.5): in a compressed
+ * file, right after the index entries, the magic, a u64 length D, then D
+ * bytes holding every tensor's compression block (u64 length + body, the
+ * bytes its header holds) in index order. */
+#define TZR_DIR_MAGIC "TZRZDIR1"
+#define TZR_DIR_PREFIX 16 /* magic + u64 D */
+/* Parse the compression block that starts at *pos in buf[0, len) (u64
+ * length, then the body, as in a header); *pos moves past it. */
+TZR_HIDDEN int tzr_parse_comp_block_at(const uint8_t *buf, size_t len, size_t *pos, tzr_comp_info *ci);
 /* Checks of a parsed compression block against the header's data_length
  * (frame table sums, counts, codec rules). Pure; part of the parse. */
 TZR_HIDDEN int tzr_check_comp_info(const tzr_comp_info *ci, uint64_t stored_length);

@@ -22,9 +22,10 @@
  * uncompressed offsets, so hashing and delivery work as for plain data.
  * Such slots hold read area + output area + one frame of byte-plane
  * scratch, about 3-4x the chunk: the ring holds fewer slots, but the ring
- * budget still bounds the memory. Frame tables come from the headers, so
- * compressed files read all selected headers before planning, like
- * encrypted ones. */
+ * budget still bounds the memory. Planning needs every frame table: from
+ * the file's frame directory when it has one (then each tensor's first unit
+ * also reads its header, checked before expanding), otherwise all selected
+ * headers are read first, as for encrypted files. */
 #include "compress.h"
 #include "crypt.h"
 #include "mem.h"
@@ -70,7 +71,9 @@ typedef struct unit {
                             straight into the sink's memory; the headers
                             between them land in the slot */
     uint64_t f0, f1;
-    uint64_t skip;       /* read bytes before frame f0 (crypt chunk alignment) */
+    uint64_t skip;       /* read bytes before frame f0 (crypt chunk alignment,
+                            or the tensor's header) */
+    uint64_t hdr_len;    /* the read starts with the tensor's header, this long */
     uint64_t first_chunk;/* crypt chunk at the start of the read */
 } unit;
 
@@ -138,6 +141,7 @@ typedef struct pipeline {
     size_t staging_bytes;
     size_t header_batch;    /* tensors per phase-1 task */
     int keep_headers;       /* headers read with the data are installed, not only checked */
+    int headers_read;       /* phase 1 ran: every selected header is installed */
     size_t last_comp;       /* last selected compressed tensor, or (size_t)-1 */
     int taper;              /* its last this many frames are units of their own */
 } pipeline;
@@ -377,10 +381,13 @@ static int expand_unit(pipeline *p, size_t u, uint8_t *buf, tzr_zctx **zp) {
     unit *un = &p->units[u];
     piece *pc = &p->pieces[un->first];
     const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
-    const tzr_tensor_header *h;
+    const tzr_tensor_header *h = NULL;
+    const tzr_comp_info *ci = NULL;
     char what[TZR_NAMEBUF + 256];
-    int rc = tzr_reader_header(p->r, pc->tensor, &h);
-    if (!rc && h->crypt.encrypted) {
+    int rc = tzr_reader_comp(p->r, pc->tensor, &ci);
+    /* Encrypted files read every header in phase 1. */
+    if (!rc && tzr_reader_encrypted(p->r)) rc = tzr_reader_header(p->r, pc->tensor, &h);
+    if (!rc && h && h->crypt.encrypted) {
         uint8_t key[32];
         rc = tzr_reader_tensor_key(p->r, pc->tensor, key);
         if (!rc) rc = tzr_crypt_open(&h->crypt, key, info->data_length, un->first_chunk, buf, (size_t)un->len);
@@ -395,7 +402,7 @@ static int expand_unit(pipeline *p, size_t u, uint8_t *buf, tzr_zctx **zp) {
     uint8_t *slotbuf = p->slots[u % (size_t)p->nslots].buf;
     uint8_t *dst = piece_bytes(p, pc);
     if (!dst) return tzr_fail(TZR_EINVAL, "sink gave no destination");
-    rc = tzr_zdecompress(*zp, &h->comp, un->f0, un->f1, buf + un->skip, un->len - un->skip, dst,
+    rc = tzr_zdecompress(*zp, ci, un->f0, un->f1, buf + un->skip, un->len - un->skip, dst,
                          slotbuf + p->zout_at + p->zout_max, un->off + un->skip);
     if (rc) tzr_fail_prefix(rc, "%s: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what));
     return rc;
@@ -477,6 +484,11 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
                        pc->tensor);
     }
     if (un->comp) {
+        if (un->hdr_len) {
+            piece *pc = &p->pieces[un->first];
+            rc = tzr_reader_install_header(p->r, pc->tensor, buf, (size_t)un->hdr_len);
+            if (rc) return fail_at(p, rc, pc->tensor);
+        }
         rc = expand_unit(p, u, buf, zp);
         if (rc) return fail_at(p, rc, p->pieces[un->first].tensor);
         buf = p->slots[s].buf; /* pieces' uoff is relative to the slot */
@@ -490,7 +502,7 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
         piece *pc = &p->pieces[un->first + k];
         uint8_t *bytes = un->scatter ? piece_bytes(p, pc) : buf + pc->uoff;
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
-        if (!un->direct && pc->toff == 0 && info->header_offset >= un->off) {
+        if (!un->direct && !un->comp && pc->toff == 0 && info->header_offset >= un->off) {
             /* Scatter: the header is the tail of the gap before the data. */
             const uint8_t *hdr = un->scatter ? buf + gap_at[k] - (info->data_offset - info->header_offset)
                                              : buf + (info->header_offset - un->off);
@@ -619,12 +631,14 @@ static int crypt_granule(pipeline *p, size_t i, uint64_t *cs) {
 /* Units of whole frames for a zstd tensor (see the top comment). */
 static int plan_compressed(pipeline *p, size_t i, size_t chunk, size_t ring, size_t *pcap, size_t *ucap) {
     const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
-    const tzr_tensor_header *h;
-    int rc = tzr_reader_header(p->r, i, &h);
+    const tzr_comp_info *ci;
+    int rc = tzr_reader_comp(p->r, i, &ci);
     if (rc) return rc;
-    const tzr_comp_info *ci = &h->comp;
     uint64_t cs;
     if ((rc = crypt_granule(p, i, &cs))) return rc;
+    /* Without phase 1 (a frame directory gave the tables), the first unit
+     * also reads the header, which is checked and kept before expanding. */
+    uint64_t hdr_len = p->headers_read ? 0 : t->data_offset - t->header_offset;
     /* Stored bytes per unit: the chunk; with encryption at least 4 crypt
      * chunks, since the read is widened to whole chunks and a boundary
      * chunk is read by both neighbours (overhead <= cs / smax). Expanded
@@ -656,16 +670,18 @@ static int plan_compressed(pipeline *p, size_t i, size_t chunk, size_t ring, siz
             if (hi > t->data_length) hi = t->data_length;
         }
         uint64_t ulen = tzr_zframes_len(ci, f, f1);
+        uint64_t with_hdr = f == 0 ? hdr_len : 0;
         size_t first = p->npieces;
         rc = add_piece(p, pcap, i, f * ci->frame_size, ulen, 0);
-        if (!rc) rc = add_unit(p, ucap, t->data_offset + lo, hi - lo, first);
+        if (!rc) rc = add_unit(p, ucap, t->data_offset + lo - with_hdr, hi - lo + with_hdr, first);
         if (rc) break;
         unit *un = &p->units[p->nunits - 1];
         un->comp = 1;
         un->f0 = f;
         un->f1 = f1;
-        un->skip = soff - lo;
-        un->first_chunk = cs && h->crypt.num_macs > 1 ? lo / cs : 0;
+        un->skip = with_hdr + soff - lo;
+        un->hdr_len = with_hdr;
+        un->first_chunk = cs ? lo / cs : 0;
         p->ts[i].pieces_total++;
         if (ulen > p->zout_max) p->zout_max = (size_t)ulen;
         if (ci->planes > 1 && ci->frame_size > p->zscratch_max) p->zscratch_max = ci->frame_size;
@@ -922,7 +938,9 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     p->header_batch = p->n / (4 * (size_t)nthreads);
     if (p->header_batch < 1) p->header_batch = 1;
     if (p->header_batch > HEADER_BATCH) p->header_batch = HEADER_BATCH;
-    if (!rc && (tzr_reader_encrypted(r) || tzr_reader_compressed(r))) rc = run_threads(p, nthreads, header_worker);
+    /* (A compressed file with a frame directory has its tables already.) */
+    p->headers_read = tzr_reader_encrypted(r) || (tzr_reader_compressed(r) && !tzr_reader_has_dir(r));
+    if (!rc && p->headers_read) rc = run_threads(p, nthreads, header_worker);
     p->last_comp = (size_t)-1;
     for (size_t i = p->n; i-- > 0 && !rc;)
         if (p->want[i] && tzr_reader_tensor(r, i)->compression == TZR_COMPRESSION_ZSTD) {

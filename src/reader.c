@@ -31,6 +31,11 @@ typedef struct kept_header {
     uint8_t bytes[];
 } kept_header;
 
+typedef struct dir_entry {
+    tzr_comp_info ci;       /* frame_sizes point into dir_bytes */
+    size_t at, len;         /* the block's bytes in dir_bytes */
+} dir_entry;
+
 typedef struct derived_key {
     uint64_t ops, mem;
     int32_t alg;
@@ -57,6 +62,8 @@ struct tzr_reader {
     derived_key *dkeys;
     size_t ndkeys;
     tzr_arena strings;      /* names and dtypes (open only) */
+    dir_entry *dir;         /* frame directory, per tensor; NULL without one */
+    uint8_t *dir_bytes;
     tzr_arena headers;      /* header copies, under lock */
 };
 
@@ -234,6 +241,10 @@ static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t le
                         (unsigned long long)t->header_offset, (unsigned long long)h->crypt.num_macs,
                         (unsigned long long)t->data_length);
     const tzr_comp_info *ci = &h->comp;
+    if (r->dir && (h->comp_end - h->comp_start != r->dir[i].len ||
+                   memcmp(bytes + h->comp_start, r->dir_bytes + r->dir[i].at, r->dir[i].len) != 0))
+        return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu: compression block disagrees with the frame directory",
+                        tzr_reader_what(r, i, what, sizeof what), (unsigned long long)t->header_offset);
     if (ci->present && ci->uncompressed_length != (t->meta ? 0 : t->nbytes))
         return tzr_fail(TZR_EFORMAT,
                         "%s: header at offset %llu: uncompressed length %llu disagrees with shape and dtype (%llu bytes)",
@@ -461,6 +472,64 @@ static size_t entries_end(const uint8_t *index, size_t have, uint64_t n) {
     return n ? c.pos : 0;
 }
 
+/* How much of the index region must be read: through the entries and, in
+ * a compressed file, through its frame directory. 0: the first `have`
+ * bytes cannot tell (then the whole region is read). */
+static size_t index_needed(const uint8_t *index, size_t have, uint64_t n, int comp, uint64_t mlen) {
+    size_t end = entries_end(index, have, n);
+    if (!end || !comp || mlen - end < TZR_DIR_PREFIX) return end;
+    if (have - end < TZR_DIR_PREFIX) return 0;
+    if (memcmp(index + end, TZR_DIR_MAGIC, 8) != 0) return end;
+    uint64_t d = tzr_ld64(index + end + 8);
+    if (d > mlen - end - TZR_DIR_PREFIX) return 0; /* parse_dir reports it */
+    return end + TZR_DIR_PREFIX + (size_t)d;
+}
+
+/* The frame directory of a compressed file (§11.5), when present after
+ * the entries in index[0, have): every tensor's compression block, checked
+ * as a header's would be; a header read later must carry the same bytes. */
+static int parse_dir(tzr_reader *r, const uint8_t *index, size_t have) {
+    size_t end = entries_end(index, have, r->n);
+    if (!end || have - end < TZR_DIR_PREFIX || memcmp(index + end, TZR_DIR_MAGIC, 8) != 0) return 0;
+    uint64_t at = TZR_PROLOGUE_LEN + end; /* file offset, for messages */
+    uint64_t d = tzr_ld64(index + end + 8);
+    if (d > have - end - TZR_DIR_PREFIX)
+        return tzr_fail(TZR_EFORMAT, "%s: frame directory at offset %llu: %llu bytes run past the %llu-byte index",
+                        r->src->name, (unsigned long long)at, (unsigned long long)d,
+                        (unsigned long long)r->fh.metadata_len);
+    r->dir_bytes = malloc(d ? (size_t)d : 1);
+    r->dir = tzr_calloc_big(r->n ? r->n : 1, sizeof *r->dir);
+    if (!r->dir_bytes || !r->dir) return tzr_fail(TZR_ENOMEM, "out of memory for the frame directory");
+    memcpy(r->dir_bytes, index + end + TZR_DIR_PREFIX, (size_t)d);
+    size_t pos = 0;
+    char what[TZR_NAMEBUF + 256];
+    for (size_t i = 0; i < r->n; i++) {
+        dir_entry *de = &r->dir[i];
+        tzr_tensor_info *t = &r->t[i].info;
+        de->at = pos;
+        int rc = tzr_parse_comp_block_at(r->dir_bytes, (size_t)d, &pos, &de->ci);
+        if (!rc) rc = tzr_check_comp_info(&de->ci, t->data_length);
+        if (!rc && de->ci.uncompressed_length != (t->meta ? 0 : t->nbytes))
+            rc = tzr_fail(TZR_EFORMAT, "uncompressed length %llu disagrees with shape and dtype (%llu bytes)",
+                          (unsigned long long)de->ci.uncompressed_length, (unsigned long long)(t->meta ? 0 : t->nbytes));
+        if (!rc && de->ci.planes > 1 && de->ci.planes != t->itemsize)
+            rc = tzr_fail(TZR_EFORMAT, "%u byte planes for %u-byte elements", de->ci.planes, t->itemsize);
+        if (rc)
+            return tzr_fail_prefix(rc, "%s: frame directory entry at offset %llu: ",
+                                   tzr_reader_what(r, i, what, sizeof what),
+                                   (unsigned long long)(at + TZR_DIR_PREFIX + de->at));
+        de->len = pos - de->at;
+        t->compression = de->ci.codec == TZR_CODEC_ZSTD ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE;
+        t->byte_planes = de->ci.codec == TZR_CODEC_ZSTD ? de->ci.planes : 1;
+        t->frame_size = de->ci.frame_size;
+        t->frames = de->ci.nframes;
+    }
+    if (pos != d)
+        return tzr_fail(TZR_EFORMAT, "%s: frame directory at offset %llu: %llu bytes after the last tensor's block",
+                        r->src->name, (unsigned long long)at, (unsigned long long)(d - pos));
+    return 0;
+}
+
 static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len) {
     uint64_t n = r->fh.tensor_count;
     r->n = (size_t)n;
@@ -541,19 +610,23 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
     if (!rc) {
         size_t have = first - plen; /* index bytes read with the prologue */
         if (have > r->fh.metadata_len) have = (size_t)r->fh.metadata_len;
-        size_t used = entries_end(head + plen, have, r->fh.tensor_count);
-        if (used) {
-            rc = parse_index(r, head + plen, used);
-        } else {
-            uint8_t *index = tzr_alloc_big((size_t)r->fh.metadata_len);
-            if (!index)
+        const uint8_t *index = head + plen;
+        size_t need = index_needed(index, have, r->fh.tensor_count, r->comp_info, r->fh.metadata_len);
+        uint8_t *full = NULL;
+        if (need == 0 || need > have) { /* the rest of the region, in one more read */
+            full = tzr_alloc_big((size_t)r->fh.metadata_len);
+            if (!full)
                 rc = tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte index", (unsigned long long)r->fh.metadata_len);
-            if (!rc) memcpy(index, head + plen, have);
+            if (!rc) memcpy(full, index, have);
             if (!rc && r->fh.metadata_len > have)
-                rc = src->read_at(src, index + have, (size_t)r->fh.metadata_len - have, TZR_PROLOGUE_LEN + have);
-            if (!rc) rc = parse_index(r, index, r->fh.metadata_len);
-            free(index);
+                rc = src->read_at(src, full + have, (size_t)r->fh.metadata_len - have, TZR_PROLOGUE_LEN + have);
+            index = full;
+            have = (size_t)r->fh.metadata_len;
+            if (need == 0) need = have;
         }
+        if (!rc) rc = parse_index(r, index, need);
+        if (!rc && r->comp_info) rc = parse_dir(r, index, have);
+        free(full);
     }
     free(head);
     if (!rc && opt->read_headers) rc = tzr_reader_load_headers(r, 0, r->n, NULL);
@@ -580,6 +653,8 @@ void tzr_reader_free(tzr_reader *r) {
     free(r->t);
     free(r->dims);
     free(r->buckets);
+    free(r->dir);
+    free(r->dir_bytes);
     if (r->password) {
         memset(r->password, 0, r->password_len);
         free(r->password);
@@ -595,6 +670,19 @@ void tzr_reader_free(tzr_reader *r) {
 uint32_t tzr_reader_data_version(const tzr_reader *r) { return r->fh.version; }
 int tzr_reader_encrypted(const tzr_reader *r) { return r->crypt_info; }
 int tzr_reader_compressed(const tzr_reader *r) { return r->comp_info; }
+
+int tzr_reader_has_dir(const tzr_reader *r) { return r->dir != NULL; }
+
+int tzr_reader_comp(tzr_reader *r, size_t i, const tzr_comp_info **ci) {
+    if (r->dir) {
+        *ci = &r->dir[i].ci;
+        return 0;
+    }
+    const tzr_tensor_header *h;
+    int rc = tzr_reader_header(r, i, &h);
+    if (!rc) *ci = &h->comp;
+    return rc;
+}
 size_t tzr_reader_count(const tzr_reader *r) { return r->n; }
 tzr_source *tzr_reader_source(const tzr_reader *r) { return r->src; }
 

@@ -18,6 +18,11 @@ TZR_HIDDEN int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t 
 TZR_HIDDEN int tzr_reader_check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len);
 /* Read the headers of tensors [from, to) not yet read (only those with
  * want[i] set when want is given), coalescing nearby ones into one read. */
+/* Tensor i's compression block: from the frame directory when the file
+ * has one (no read), else from its header (read if needed). */
+TZR_HIDDEN int tzr_reader_comp(tzr_reader *r, size_t i, const tzr_comp_info **ci);
+/* The file carries a frame directory: compression blocks known at open. */
+TZR_HIDDEN int tzr_reader_has_dir(const tzr_reader *r);
 TZR_HIDDEN int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigned char *want);
 /* The 32-byte key for an encrypted tensor (derived and cached). */
 TZR_HIDDEN int tzr_reader_tensor_key(tzr_reader *r, size_t i, uint8_t key[32]);

@@ -30,6 +30,9 @@ struct tzr_writer {
     int compress;            /* zstd: every header gets a compression block */
     int level, planes_mode, threads;
     uint32_t frame_size;
+    uint8_t *dir;            /* frame directory: every compression block so far */
+    size_t dir_len, dir_cap;
+    int dir_full;            /* it outgrew the index reservation: not written */
     char **names;            /* open-addressing set for duplicate checks */
     size_t *name_lens;
     size_t nslots;
@@ -181,6 +184,33 @@ static int write_encrypted(tzr_writer *w, const uint8_t *data, uint64_t len, uin
     return rc;
 }
 
+/* Keep a copy of a compression block for the frame directory, as long as
+ * the directory can still fit in the index reservation. */
+static void dir_add(tzr_writer *w, const uint8_t *block, size_t len) {
+    if (w->dir_full) return;
+    if (w->dir_len + len > w->meta_size) {
+        w->dir_full = 1; /* could never fit: stop copying */
+        free(w->dir);
+        w->dir = NULL;
+        return;
+    }
+    if (w->dir_len + len > w->dir_cap) {
+        size_t cap = w->dir_cap ? 2 * w->dir_cap : 4096;
+        while (cap < w->dir_len + len) cap *= 2;
+        uint8_t *grown = realloc(w->dir, cap);
+        if (!grown) { /* the directory is optional: go without */
+            w->dir_full = 1;
+            free(w->dir);
+            w->dir = NULL;
+            return;
+        }
+        w->dir = grown;
+        w->dir_cap = cap;
+    }
+    memcpy(w->dir + w->dir_len, block, len);
+    w->dir_len += len;
+}
+
 static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data) {
     char nb[TZR_NAMEBUF];
     const char *shown = d->name ? tzr_printable(d->name, d->name_len, nb, sizeof nb) : "";
@@ -283,6 +313,7 @@ static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data)
         memcpy(hdr + slots.sha256_at, sha, 32);
         if (!rc) rc = put(w, hdr, hsize, w->pos);
     }
+    if (!rc && w->compress) dir_add(w, hdr + slots.comp_start, slots.comp_end - slots.comp_start);
     free(hdr);
     free(hashable);
     tzr_zdata_free(&z);
@@ -319,6 +350,7 @@ static void writer_release(tzr_writer *w) {
     free(w->names);
     free(w->name_lens);
     free(w->index);
+    free(w->dir);
     memset(w->key, 0, sizeof w->key);
     free(w);
 }
@@ -339,6 +371,14 @@ int tzr_writer_close(tzr_writer *w) {
     fh.metadata_len = w->meta_size;
     uint8_t pro[TZR_PROLOGUE_LEN];
     tzr_emit_prologue(pro, &fh);
+    /* The frame directory goes in the reservation after the entries, when
+     * it fits; readers without it read every header before planning. */
+    if (w->compress && !w->dir_full && w->count && w->meta_size - w->index_used >= TZR_DIR_PREFIX &&
+        w->dir_len <= w->meta_size - w->index_used - TZR_DIR_PREFIX) {
+        memcpy(w->index + w->index_used, TZR_DIR_MAGIC, 8);
+        tzr_st64(w->index + w->index_used + 8, w->dir_len);
+        if (w->dir_len) memcpy(w->index + w->index_used + TZR_DIR_PREFIX, w->dir, w->dir_len);
+    }
     int rc = put(w, end, 8, w->pos);
     if (!rc) rc = put(w, w->index, w->meta_size, TZR_PROLOGUE_LEN);
     if (!rc) rc = put(w, pro, TZR_PROLOGUE_LEN, 0);

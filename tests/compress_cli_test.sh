@@ -10,6 +10,7 @@ python3 tests/util/make_safetensors.py "$T/a.safetensors" 1
 $TZ -q "$T/a.safetensors" -o "$T/plain.tensors"
 check compress_writes $TZ -q "$T/a.safetensors" -o "$T/z.tensors" --compress zstd:5
 check compress_flag_bit1 python3 -c "import sys; b=open('$T/z.tensors','rb').read(); sys.exit(0 if b[9]==2 and b[5]==4 else 1)"
+check compress_frame_directory python3 -c "import sys; b=open('$T/z.tensors','rb').read(); i=b.find(b'TZRZDIR1'); sys.exit(0 if 73 < i < 73 + int.from_bytes(b[65:73], 'little') else 1)"
 check compress_bad_arg_is_usage bash -c "$TZ -q '$T/a.safetensors' -o '$T/x.tensors' --compress lz4; test \$? = 2"
 check compress_verify $DT "$T/z.tensors" --verify
 check compress_list_columns bash -c "$DT '$T/z.tensors' --list | grep -q 'stored codec'"

@@ -7,6 +7,8 @@
  * corrupt inputs with their exact codes. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -59,9 +61,12 @@ static uint8_t *make_data(const tspec *t, uint64_t *len, size_t seed) {
     return b;
 }
 
+static uint64_t write_meta_size; /* 0: the writer's default reservation */
+
 static int write_set(const char *path, const tspec *ts, size_t n, int compress, int planes_mode,
                      uint64_t frame, const uint8_t *key) {
     tzr_writer_options o = TZR_WRITER_OPTIONS_INIT;
+    o.metadata_size = write_meta_size;
     o.crypt.key = key;
     o.compression = compress ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE;
     o.frame_size = frame;
@@ -416,9 +421,39 @@ static int try_image(uint8_t *b, size_t n, const char *must_name) {
     return rc;
 }
 
-static void corrupt_table(void) {
+/* ---- frame directory (§11.5) ----------------------------------------- */
+/* Where the directory's magic sits in a file image (0: none). */
+static size_t find_dir(const uint8_t *b, size_t n) {
+    for (size_t k = 73; k + 8 <= n; k++)
+        if (memcmp(b + k, TZR_DIR_MAGIC, 8) == 0) return k;
+    return 0;
+}
+
+/* The same tensors without a directory: a reservation that holds the
+ * entries but not the directory's 16-byte prefix. */
+static int write_without_dir(const char *with_dir, const char *path, const tspec *ts, size_t n, uint64_t frame) {
+    size_t len;
+    uint8_t *b = check_read_file(with_dir, &len);
+    size_t at = b ? find_dir(b, len) : 0;
+    free(b);
+    if (!at) return -1;
+    write_meta_size = at - 73 + 8;
+    int rc = write_set(path, ts, n, 1, 0, frame, NULL);
+    write_meta_size = 0;
+    return rc;
+}
+
+/* Damaged headers, with and without a frame directory: with one, a header
+ * that differs from it is refused for that; without, each check of the
+ * header's own block has to catch the damage. */
+static void corrupt_table_with(int with_dir) {
     const char *path = tmp("corrupt_src.tensors"), *plain = tmp("corrupt_plain.tensors");
     CHECK_OK(write_set(path, DTYPES, 4, 1, 0, FRAME, NULL)); /* bf16 is tensor 1, 5 frames */
+    if (!with_dir) {
+        const char *nodir = tmp("corrupt_nodir.tensors");
+        CHECK_OK(write_without_dir(path, nodir, DTYPES, 4, FRAME));
+        path = nodir;
+    }
     CHECK_OK(write_set(plain, DTYPES, 4, 0, 0, 0, NULL));
     size_t n, pn;
     uint8_t *orig = check_read_file(path, &n), *porig = check_read_file(plain, &pn);
@@ -484,7 +519,8 @@ static void corrupt_table(void) {
         }
         int rc = try_image(b, len, cases[k].op == 0 || cases[k].op == 3 ? "'bf16'" : NULL);
         if (rc != cases[k].code) {
-            fprintf(stderr, "  case '%s': got %d (%s), want %d\n", cases[k].what, rc, tzr_last_error(), cases[k].code);
+            fprintf(stderr, "  case '%s' (%s directory): got %d (%s), want %d\n", cases[k].what,
+                    with_dir ? "with" : "without", rc, tzr_last_error(), cases[k].code);
             check_case_failed = 1;
         }
         free(b);
@@ -501,6 +537,147 @@ static void corrupt_table(void) {
     }
     free(orig);
     free(porig);
+}
+
+static void corrupt_table(void) {
+    corrupt_table_with(1);
+    corrupt_table_with(0);
+}
+
+
+typedef struct counting {
+    tzr_source base;
+    tzr_source *inner;
+    atomic_int reads;
+} counting;
+
+static int counting_read(tzr_source *s, void *buf, size_t len, uint64_t off) {
+    counting *c = (counting *)s;
+    atomic_fetch_add(&c->reads, 1);
+    return c->inner->read_at(c->inner, buf, len, off);
+}
+
+static void counting_destroy(tzr_source *s) {
+    counting *c = (counting *)s;
+    tzr_source_free(c->inner);
+    free(c);
+}
+
+static tzr_reader *open_counting(const char *path, counting **out) {
+    counting *c = calloc(1, sizeof *c);
+    CHECK_OK(tzr_source_open_file(&c->inner, path, 0));
+    c->base = *c->inner;
+    c->base.read_at = counting_read;
+    c->base.readv_at = NULL;
+    c->base.is_cached = NULL;
+    c->base.set_direct = NULL;
+    c->base.destroy = counting_destroy;
+    c->base.ctx = c;
+    *out = c;
+    tzr_reader *r = NULL;
+    CHECK_OK(tzr_reader_open_source(&r, &c->base, NULL));
+    return r;
+}
+
+/* The writer puts every compression block in the index reservation; a
+ * reader then knows the frame tables at open (one read) and the pipeline
+ * reads no header of a tensor with data on its own: each tensor's first
+ * unit carries it. The
+ * same file without the directory reads headers first, and loads the
+ * same bytes. */
+static void frame_directory(void) {
+    const char *nodir = tmp("big_nodir.tensors");
+    CHECK_OK(write_without_dir(big_path, nodir, BIG, NBIG, 1 << 20));
+    size_t len;
+    uint8_t *b = check_read_file(nodir, &len);
+    CHECK(b && find_dir(b, len) == 0);
+    free(b);
+    const char *paths[2] = {big_path, nodir};
+    for (int k = 0; k < 2; k++)
+        for (int v = 0; v < 2; v++) {
+            counting *c;
+            tzr_reader *r = open_counting(paths[k], &c);
+            if (!r) continue;
+            CHECK(atomic_load(&c->reads) == 1);
+            /* With the directory, frame counts are known before any header. */
+            CHECK(k == 1 || (tzr_reader_tensor(r, 0)->compression == TZR_COMPRESSION_ZSTD &&
+                             tzr_reader_tensor(r, 0)->frames > 1));
+            CHECK(k == 0 || tzr_reader_tensor(r, 0)->compression == -1);
+            int before = atomic_load(&c->reads);
+            tzr_sink *sink;
+            CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+            tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+            o.chunk_bytes = 1 << 20;
+            o.threads = 3;
+            o.verify = v;
+            tzr_load_stats st;
+            CHECK_OK(tzr_load(r, sink, &o, &st));
+            check_host(sink, BIG, NBIG);
+            int during = atomic_load(&c->reads) - before;
+            /* Tensors without data carry no unit: verifying reads their
+             * headers (for the hashes) on their own. */
+            int zero_length = 0;
+            for (size_t i = 0; i < NBIG; i++) zero_length += tzr_reader_tensor(r, i)->data_length == 0;
+            if (k == 0) CHECK((uint64_t)during == st.reads + (uint64_t)(v ? zero_length : 0));
+            else CHECK((uint64_t)during > st.reads);
+            tzr_sink_free(sink);
+            tzr_reader_free(r);
+        }
+    unlink(nodir);
+}
+
+/* A damaged directory: refused at open when it is inconsistent in itself
+ * or with the index, and at load when a header disagrees with it. */
+static void corrupt_directory(void) {
+    const char *path = tmp("dir_src.tensors");
+    CHECK_OK(write_set(path, DTYPES, 4, 1, 0, FRAME, NULL)); /* bf16 is tensor 1 */
+    size_t n;
+    uint8_t *orig = check_read_file(path, &n);
+    size_t at = orig ? find_dir(orig, n) : 0;
+    CHECK(at != 0);
+    if (!at) {
+        free(orig);
+        return;
+    }
+    /* Tensor 1's block inside the directory: after tensor 0's. */
+    size_t b0 = at + 16, b1 = b0 + 8 + (size_t)tzr_ld64(orig + b0);
+    struct {
+        const char *what;
+        size_t at;
+        int op; /* 1 add to u32, 2 add to u64, 4 set byte */
+        int64_t val;
+        int at_open;
+        const char *msg;
+    } cases[] = {
+        {"directory runs past the index", at + 8, 2, 1 << 20, 1, "frame directory"},
+        {"bytes after the last block", at + 8, 2, 4, 1, "after the last tensor's block"},
+        {"frame table entry changed", b1 + 8 + 18, 1, 1, 1, "'bf16'"},
+        {"block length wrong", b1, 2, 4, 1, "'bf16'"},
+        {"planes differ from the header", b1 + 8 + 1, 4, 1, 0, "disagrees with the frame directory"},
+        {"ulen disagrees with the shape", b1 + 8 + 6, 2, -2, 1, "'bf16'"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        uint8_t *b = malloc(n);
+        memcpy(b, orig, n);
+        uint8_t *q = b + cases[k].at;
+        if (cases[k].op == 1) tzr_st32(q, (uint32_t)(tzr_ld32(q) + cases[k].val));
+        else if (cases[k].op == 2) tzr_st64(q, (uint64_t)(tzr_ld64(q) + cases[k].val));
+        else *q = (uint8_t)cases[k].val;
+        tzr_source *src;
+        tzr_source_open_memory(&src, b, n, "dir.tensors");
+        tzr_reader *r = NULL;
+        int orc = tzr_reader_open_source(&r, src, NULL);
+        int rc = orc ? orc : try_image(b, n, NULL);
+        if (rc != TZR_EFORMAT || (orc != 0) != cases[k].at_open || !strstr(tzr_last_error(), cases[k].msg) ||
+            !strstr(tzr_last_error(), "offset")) {
+            fprintf(stderr, "  case '%s': got %d at %s (%s)\n", cases[k].what, rc, orc ? "open" : "load",
+                    tzr_last_error());
+            check_case_failed = 1;
+        }
+        tzr_reader_free(r);
+        free(b);
+    }
+    free(orig);
 }
 
 static void writer_options(void) {
@@ -558,6 +735,8 @@ int main(void) {
     RUN(pipeline_null_budget);
     RUN(pipeline_async_sink);
     RUN(corrupt_table);
+    RUN(frame_directory);
+    RUN(corrupt_directory);
     RUN(writer_options);
     return check_done();
 }

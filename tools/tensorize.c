@@ -24,7 +24,8 @@ static const char usage[] =
     "                          (Argon2id, tensorizer's defaults)\n"
     "      --ca-bundle PEM     trust these CAs for https:// and s3:// (default:\n"
     "                          $AWS_CA_BUNDLE, else the system's)\n"
-    "      --index-bytes N     index reservation (default 262144, as tensorizer)\n"
+    "      --index-bytes N     index reservation (default 262144, as tensorizer; with\n"
+    "                          --compress, enough for the frame directory too)\n"
     "      --compress zstd[:L] zstd frames, byte planes for 2/4-byte dtypes (level L,\n"
     "                          default 1); libtzr extension: tensorizer refuses such files\n"
     "      --shards N          write N rank shards PREFIX-rank-0000k-of-0000N.tensors and\n"
@@ -46,6 +47,39 @@ static void on_signal(int sig) {
 static int is_tensors_file(const char *path) {
     size_t n = strlen(path);
     return n >= 8 && strcmp(path + n - 8, ".tensors") == 0;
+}
+
+/* An index reservation for a compressed output that also holds the frame
+ * directory (formats/tensorizer.md §11.5), so readers get every frame table
+ * at open: entries plus, per tensor, a compression block with one u32 per
+ * 4 MiB frame (the writer's default). At least tensorizer's 256 KiB. */
+static uint64_t compressed_index_bytes(int argc, char **argv, int first) {
+    uint64_t need = 16 + 4096; /* directory prefix, slack */
+    for (int i = first; i < argc; i++) {
+        if (is_tensors_file(argv[i])) {
+            tzr_reader *r;
+            if (tzr_reader_open(&r, argv[i], NULL)) continue; /* reported when added */
+            for (size_t k = 0; k < tzr_reader_count(r); k++) {
+                const tzr_tensor_info *t = tzr_reader_tensor(r, k);
+                need += 29 + t->name_len + t->dtype_len + 4 * (uint64_t)t->ndim;
+                need += 26 + 4 * ((t->nbytes + (4u << 20) - 1) / (4u << 20));
+            }
+            tzr_reader_free(r);
+            continue;
+        }
+        tzr_st_file *f;
+        if (tzr_st_open(&f, argv[i])) continue;
+        for (size_t k = 0; k < tzr_st_count(f); k++) {
+            const tzr_st_tensor *t = tzr_st_get(f, k);
+            size_t dlen = 0;
+            tzr_dtype_string(t->dtype, &dlen);
+            need += 29 + t->name_len + dlen + 4 * (uint64_t)t->ndim;
+            need += 26 + 4 * ((t->nbytes + (4u << 20) - 1) / (4u << 20));
+        }
+        tzr_st_free(f);
+    }
+    need = (need + 4095) / 4096 * 4096;
+    return need > 262144 ? need : 262144;
 }
 
 typedef struct progress_state {
@@ -198,6 +232,7 @@ int main(int argc, char **argv) {
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     cli_crypt_apply(&key_material, &wo.crypt);
     wo.metadata_size = index_bytes;
+    if (zlevel >= 0 && !index_bytes) wo.metadata_size = compressed_index_bytes(argc, argv, optind);
     if (zlevel >= 0) {
         wo.compression = TZR_COMPRESSION_ZSTD;
         wo.compression_level = zlevel;
