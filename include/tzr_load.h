@@ -45,6 +45,11 @@ struct tzr_sink {
     void (*destroy)(tzr_sink *s); /* frees s itself */
     const char *name;
     void *ctx;
+    /* Optional, called once before any begin_tensor with the number of
+     * selected tensors and their total bytes, so a sink can allocate them
+     * at once (one huge-page block, one cudaMalloc) instead of per tensor.
+     * A sink that cannot should return 0 and allocate per tensor. */
+    int (*reserve)(tzr_sink *s, size_t count, uint64_t bytes);
 };
 
 TZR_API void tzr_sink_free(tzr_sink *s);

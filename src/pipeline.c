@@ -980,6 +980,12 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         for (int s = 0; !rc && s < p->nslots; s++) p->slots[s].unit = -1;
     }
     /* Destinations, then the units that can be read in place. */
+    if (!rc && sink->reserve) {
+        size_t count = 0;
+        for (size_t i = 0; i < p->n; i++) count += p->want[i];
+        rc = sink->reserve(sink, count, p->total_bytes);
+        if (rc) fail(p, rc);
+    }
     for (size_t i = 0; !rc && i < p->n; i++) {
         if (!p->want[i]) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);

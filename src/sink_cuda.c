@@ -9,6 +9,7 @@
 #include <time.h>
 
 #define NSTREAMS 4
+#define DEV_ALIGN 256 /* what cudaMalloc guarantees, kept for carved tensors */
 
 typedef struct dev_tensor {
     uint8_t *ptr;
@@ -28,6 +29,8 @@ typedef struct cuda_sink {
     size_t nevents;
     dev_tensor *t;          /* grown in begin_tensor, before any copy */
     size_t n;
+    uint8_t *slab;          /* reserve(): every tensor carved from one cudaMalloc */
+    uint64_t slab_used, slab_size;
 } cuda_sink;
 
 static _Thread_local int thread_device = -1;
@@ -66,6 +69,12 @@ static int cuda_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
                             tzr_printable(t->name, t->name_len, nb, sizeof nb));
         return 0;
     }
+    uint64_t need = (t->nbytes + DEV_ALIGN - 1) / DEV_ALIGN * DEV_ALIGN;
+    if (c->slab && need <= c->slab_size - c->slab_used) {
+        d->ptr = c->slab + c->slab_used;
+        c->slab_used += need;
+        return 0;
+    }
     void *p = NULL;
     int err = c->api->cudaMalloc(&p, t->nbytes ? (size_t)t->nbytes : 1);
     if (err) {
@@ -75,6 +84,25 @@ static int cuda_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
     }
     d->ptr = p;
     d->owned = 1;
+    return 0;
+}
+
+/* One cudaMalloc for every tensor: per-tensor calls cost microseconds to
+ * milliseconds each (100k tensors: seconds), and as many cudaFree calls at
+ * the end. If the device cannot give one block, tensors are allocated one
+ * by one as before. */
+static int cuda_reserve(tzr_sink *s, size_t count, uint64_t bytes) {
+    cuda_sink *c = (cuda_sink *)s;
+    if (c->dest || c->slab || count == 0) return 0;
+    uint64_t size = bytes + (uint64_t)count * DEV_ALIGN;
+    if (size < bytes) return 0;
+    int rc = use_device(c);
+    if (rc) return rc;
+    void *p = NULL;
+    if (c->api->cudaMalloc(&p, (size_t)size) != 0 || !p) return 0; /* not sticky: per tensor then */
+    c->slab = p;
+    c->slab_size = size;
+    c->slab_used = 0;
     return 0;
 }
 
@@ -157,6 +185,7 @@ static void cuda_destroy(tzr_sink *s) {
             if (c->events[i]) c->api->cudaEventDestroy(c->events[i]);
         for (size_t i = 0; i < c->n; i++)
             if (c->t[i].owned) c->api->cudaFree(c->t[i].ptr);
+        if (c->slab) c->api->cudaFree(c->slab);
     }
     free(c->events);
     free(c->t);
@@ -177,6 +206,7 @@ int tzr_sink_cuda_new(tzr_sink **out, int device, tzr_device_dest_fn dest, void 
     c->dest = dest;
     c->dest_ctx = dest_ctx;
     c->base.begin_tensor = cuda_begin;
+    c->base.reserve = cuda_reserve;
     c->base.submit = cuda_submit;
     c->base.fence = cuda_fence;
     c->base.wait = cuda_wait;

@@ -2,7 +2,9 @@
  * fake runtime in tests/fake_cuda (asynchronous streams, events, pinned
  * host memory checks). Also: a missing runtime and a machine with the
  * runtime but no device both give TZR_ENODEV, not a crash. */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,9 +16,13 @@
 static char fake_lib[512], path[512];
 static gen_spec spec = {60, 3 << 20, 30000, 1, NULL};
 
+/* Library-allocated device tensors come from one cudaMalloc (reserve):
+ * 256-byte aligned, disjoint, inside one span; with FAKE_CUDA_MAX_ALLOC
+ * below the total, that cudaMalloc fails and each tensor gets its own. */
 static void device_load(void) {
     setenv("TZR_CUDART", fake_lib, 1);
-    for (int verify = 0; verify < 2; verify++) {
+    for (int verify = 0; verify < 3; verify++) {
+        if (verify == 2) setenv("FAKE_CUDA_MAX_ALLOC", "4194304", 1);
         tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
         ro.verify = verify;
         tzr_reader *r;
@@ -31,7 +37,10 @@ static void device_load(void) {
         tzr_load_stats st;
         CHECK_OK(tzr_load(r, sink, &o, &st));
         CHECK(st.staging_bytes <= 4 * o.chunk_bytes);
-        for (size_t i = 0; i < tzr_reader_count(r); i++) {
+        uintptr_t lo = UINTPTR_MAX, hi = 0;
+        uint64_t total = 0;
+        size_t n = tzr_reader_count(r);
+        for (size_t i = 0; i < n; i++) {
             uint64_t len, glen;
             int meta;
             uint8_t *want = gen_expected(&spec, i, &len, &meta);
@@ -39,11 +48,26 @@ static void device_load(void) {
             CHECK_OK(tzr_sink_cuda_data(sink, i, &dev, &glen));
             /* The fake's device memory is host memory, readable here. */
             CHECK(glen == len && memcmp(dev, want, len) == 0);
+            CHECK((uintptr_t)dev % 256 == 0);
+            if ((uintptr_t)dev < lo) lo = (uintptr_t)dev;
+            if ((uintptr_t)dev + len > hi) hi = (uintptr_t)dev + len;
+            total += len;
+            for (size_t j = 0; j < i; j++) { /* disjoint */
+                void *other;
+                uint64_t olen;
+                tzr_sink_cuda_data(sink, j, &other, &olen);
+                CHECK(len == 0 || olen == 0 || (uint8_t *)dev + len <= (uint8_t *)other ||
+                      (uint8_t *)other + olen <= (uint8_t *)dev);
+            }
             free(want);
         }
+        /* One span (one allocation), or, when that was refused, not. */
+        if (verify < 2) CHECK(hi - lo <= total + 256 * n);
+        else CHECK(hi - lo > total + 256 * n);
         tzr_sink_free(sink);
         tzr_reader_free(r);
     }
+    unsetenv("FAKE_CUDA_MAX_ALLOC");
     double gbps = 0;
     CHECK_OK(tzr_cuda_h2d_bandwidth(0, 1 << 20, 2, &gbps));
     CHECK(gbps > 0);

@@ -5,6 +5,7 @@
  * error; memory stays within the ring budget. Run under ASan and TSan too. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -436,6 +437,51 @@ static void direct_io(void) {
 }
 
 
+/* Library-allocated host tensors come from one block (the sink's
+ * reserve), even past the 64 MiB blocks it otherwise allocates: 64-byte
+ * aligned, disjoint, inside one span of the total plus alignment, and
+ * every byte as written. */
+static void host_one_block(void) {
+    /* Above one 64 MiB block: 9 tensors of 12 MiB. */
+    char big_path[600];
+    snprintf(big_path, sizeof big_path, "%s/one-block.tensors", check_tmpdir());
+    gen_spec big = {60, 12u << 20, 1000, 1, NULL};
+    CHECK_OK(gen_write(&big, big_path));
+    tzr_reader *r = open_r(big_path, NULL, 0);
+    if (!r) return;
+    tzr_sink *sink = NULL;
+    CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+    CHECK_OK(tzr_load(r, sink, NULL, NULL));
+    size_t n = tzr_reader_count(r);
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    uint64_t total = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t len, glen;
+        int meta;
+        uint8_t *want = gen_expected(&big, i, &len, &meta);
+        void *got = NULL;
+        if (tzr_sink_host_data(sink, i, &got, &glen) || glen != len || (len && memcmp(got, want, len) != 0)) bad++;
+        free(want);
+        if (!got) continue;
+        if ((uintptr_t)got % 64) bad++;
+        if ((uintptr_t)got < lo) lo = (uintptr_t)got;
+        if ((uintptr_t)got + len > hi) hi = (uintptr_t)got + len;
+        total += len;
+        for (size_t j = 0; j < i; j++) {
+            void *o = NULL;
+            uint64_t olen = 0;
+            tzr_sink_host_data(sink, j, &o, &olen);
+            if (len && olen && (uint8_t *)got < (uint8_t *)o + olen && (uint8_t *)o < (uint8_t *)got + len) bad++;
+        }
+    }
+    CHECK(bad == 0);
+    CHECK(total > (64u << 20) && hi - lo <= total + 64 * n);
+    tzr_sink_free(sink);
+    tzr_reader_free(r);
+    unlink(big_path);
+}
+
 /* Open reads the prologue and the start of the index together: one read
  * when the entries end within it, a second for the rest of a larger index
  * (3000 entries pass 64 KiB), which then parses as a whole; a read error
@@ -509,5 +555,6 @@ int main(void) {
     RUN(filter_and_null_budget);
     RUN(direct_io);
     RUN(open_reads);
+    RUN(host_one_block);
     return check_done();
 }

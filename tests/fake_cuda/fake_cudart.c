@@ -62,7 +62,8 @@ static alloc *find(const void *p, size_t n, int pinned) {
 
 static int track(void **out, size_t n, int pinned) {
     alloc *a = malloc(sizeof *a);
-    uint8_t *p = malloc(n ? n : 1);
+    uint8_t *p = NULL; /* cudaMalloc and cudaHostAlloc give 256-byte alignment */
+    if (posix_memalign((void **)&p, 256, n ? n : 1) != 0) p = NULL;
     if (!a || !p) {
         free(a);
         free(p);
@@ -109,7 +110,12 @@ int cudaSetDevice(int d) {
     current_device = d;
     return 0;
 }
-int cudaMalloc(void **p, size_t n) { return track(p, n, 0); }
+int cudaMalloc(void **p, size_t n) {
+    /* FAKE_CUDA_MAX_ALLOC: larger requests fail, as on a full device. */
+    const char *max = getenv("FAKE_CUDA_MAX_ALLOC");
+    if (max && n > strtoull(max, NULL, 10)) return ERR_MEMORY;
+    return track(p, n, 0);
+}
 int cudaFree(void *p) { return untrack(p, 0); }
 int cudaHostAlloc(void **p, size_t n, unsigned flags) {
     (void)flags;
