@@ -25,6 +25,7 @@ void *tzr_alloc_big(size_t len) {
     /* Whole huge pages from the first byte to the last: an unaligned start
      * or end would be served by 4 KiB pages, each a fault of its own.
      * Untouched bytes of the last one cost address space, not memory. */
+    if (len > SIZE_MAX - HUGE_PAGE) return NULL;
     size_t span = (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
     void *p = NULL;
     if (posix_memalign(&p, HUGE_PAGE, span) != 0) return NULL;

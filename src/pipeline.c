@@ -51,6 +51,8 @@
 #define MAX_THREADS 64
 #define MAX_FORCED_SLOT ((size_t)64 << 20)
 #define TENSOR_LOCKS 64
+/* A compressed tensor's first read carries its header up to this size. */
+#define MAX_INLINE_HEADER ((uint64_t)64 << 10)
 
 typedef struct piece {
     size_t tensor;       /* index in the reader */
@@ -111,6 +113,8 @@ typedef struct pipeline {
     tstate *ts;
     thash *th;              /* verifying loads only */
     unsigned char *want;    /* selected, as a byte map */
+    unsigned char *hdr_want;/* headers phase 1 reads: want, or (frame directory) only
+                               those no unit of the tensor will carry */
     piece *pieces;
     size_t npieces;
     unit *units;
@@ -558,7 +562,7 @@ static void *header_worker(void *arg) {
         if (atomic_load(&p->failed)) break;
         size_t i = atomic_fetch_add(&p->next_unit, p->header_batch);
         if (i >= p->n) break;
-        int rc = tzr_reader_load_headers(p->r, i, i + p->header_batch, p->want);
+        int rc = tzr_reader_load_headers(p->r, i, i + p->header_batch, p->hdr_want);
         if (rc) {
             fail(p, rc);
             break;
@@ -612,7 +616,7 @@ static int add_unit(pipeline *p, size_t *cap, uint64_t off, uint64_t len, size_t
     atomic_init(&un->left, un->count);
     un->direct = 0;
     un->comp = un->zdirect = un->scatter = 0;
-    un->f0 = un->f1 = un->skip = un->first_chunk = 0;
+    un->f0 = un->f1 = un->skip = un->first_chunk = un->hdr_len = 0;
     return 0;
 }
 
@@ -637,8 +641,9 @@ static int plan_compressed(pipeline *p, size_t i, size_t chunk, size_t ring, siz
     uint64_t cs;
     if ((rc = crypt_granule(p, i, &cs))) return rc;
     /* Without phase 1 (a frame directory gave the tables), the first unit
-     * also reads the header, which is checked and kept before expanding. */
-    uint64_t hdr_len = p->headers_read ? 0 : t->data_offset - t->header_offset;
+     * also reads the header, which is checked and kept before its frames
+     * are expanded (headers too large to ride along were read in phase 1). */
+    uint64_t hdr_len = tzr_reader_has_header(p->r, i) ? 0 : t->data_offset - t->header_offset;
     /* Stored bytes per unit: the chunk; with encryption at least 4 crypt
      * chunks, since the read is widened to whole chunks and a boundary
      * chunk is read by both neighbours (overhead <= cs / smax). Expanded
@@ -938,9 +943,24 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     p->header_batch = p->n / (4 * (size_t)nthreads);
     if (p->header_batch < 1) p->header_batch = 1;
     if (p->header_batch > HEADER_BATCH) p->header_batch = HEADER_BATCH;
-    /* (A compressed file with a frame directory has its tables already.) */
+    /* A compressed file with a frame directory has its tables already:
+     * phase 1 then reads only the headers no unit will carry (tensors
+     * stored raw or without data, and headers too large to add to a read),
+     * so every header of a compressed file is still checked. */
     p->headers_read = tzr_reader_encrypted(r) || (tzr_reader_compressed(r) && !tzr_reader_has_dir(r));
-    if (!rc && p->headers_read) rc = run_threads(p, nthreads, header_worker);
+    p->hdr_want = p->want;
+    int some_headers = 0;
+    if (!rc && !p->headers_read && tzr_reader_compressed(r)) {
+        p->hdr_want = tzr_calloc_big(p->n ? p->n : 1, 1);
+        if (!p->hdr_want) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        for (size_t i = 0; !rc && i < p->n; i++) {
+            const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+            p->hdr_want[i] = p->want[i] && (t->compression != TZR_COMPRESSION_ZSTD || t->data_length == 0 ||
+                                            t->data_offset - t->header_offset > MAX_INLINE_HEADER);
+            some_headers |= p->hdr_want[i];
+        }
+    }
+    if (!rc && (p->headers_read || some_headers)) rc = run_threads(p, nthreads, header_worker);
     p->last_comp = (size_t)-1;
     for (size_t i = p->n; i-- > 0 && !rc;)
         if (p->want[i] && tzr_reader_tensor(r, i)->compression == TZR_COMPRESSION_ZSTD) {
@@ -1064,6 +1084,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     if (rc) tzr_error_restore(p->err_msg, p->err_code);
     free(p->ts);
     free(p->th);
+    if (p->hdr_want != p->want) free(p->hdr_want);
     free(p->want);
     free(p->pieces);
     free(p->units);

@@ -284,7 +284,7 @@ int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t *bytes, siz
     if (!s->hdr_bytes) {
         kept->h = h;
         s->hdr = &kept->h;
-        s->info.module_idx = h.module_idx;
+        __atomic_store_n(&s->info.module_idx, h.module_idx, __ATOMIC_RELAXED);
         s->info.encrypted = h.crypt.encrypted;
         s->info.compression = h.comp.codec == TZR_CODEC_ZSTD ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE;
         s->info.byte_planes = h.comp.codec == TZR_CODEC_ZSTD ? h.comp.planes : 1;
@@ -594,6 +594,7 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
         tzr_fail_prefix(rc, "%s: ", src->name);
     uint64_t max_index = opt->max_index_bytes ? opt->max_index_bytes : DEFAULT_MAX_INDEX;
     uint64_t max_tensors = opt->max_tensors ? opt->max_tensors : DEFAULT_MAX_TENSORS;
+    if (max_tensors > UINT32_MAX - 1) max_tensors = UINT32_MAX - 1; /* buckets hold index + 1 in 32 bits */
     if (!rc && r->fh.metadata_len > src->size - TZR_PROLOGUE_LEN)
         rc = tzr_fail(TZR_ETRUNC, "%s: offset 65: index length %llu runs past the end of the file (%llu bytes)",
                       src->name, (unsigned long long)r->fh.metadata_len, (unsigned long long)src->size);
@@ -613,16 +614,15 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
         const uint8_t *index = head + plen;
         size_t need = index_needed(index, have, r->fh.tensor_count, r->comp_info, r->fh.metadata_len);
         uint8_t *full = NULL;
-        if (need == 0 || need > have) { /* the rest of the region, in one more read */
-            full = tzr_alloc_big((size_t)r->fh.metadata_len);
-            if (!full)
-                rc = tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte index", (unsigned long long)r->fh.metadata_len);
+        if (need == 0 || need > have) { /* the rest, in one more read: what is needed, when known */
+            size_t want = need ? need : (size_t)r->fh.metadata_len;
+            full = tzr_alloc_big(want);
+            if (!full) rc = tzr_fail(TZR_ENOMEM, "out of memory for a %zu-byte index", want);
             if (!rc) memcpy(full, index, have);
-            if (!rc && r->fh.metadata_len > have)
-                rc = src->read_at(src, full + have, (size_t)r->fh.metadata_len - have, TZR_PROLOGUE_LEN + have);
+            if (!rc && want > have) rc = src->read_at(src, full + have, want - have, TZR_PROLOGUE_LEN + have);
             index = full;
-            have = (size_t)r->fh.metadata_len;
-            if (need == 0) need = have;
+            have = want;
+            need = want;
         }
         if (!rc) rc = parse_index(r, index, need);
         if (!rc && r->comp_info) rc = parse_dir(r, index, have);
@@ -672,6 +672,13 @@ int tzr_reader_encrypted(const tzr_reader *r) { return r->crypt_info; }
 int tzr_reader_compressed(const tzr_reader *r) { return r->comp_info; }
 
 int tzr_reader_has_dir(const tzr_reader *r) { return r->dir != NULL; }
+
+int tzr_reader_has_header(tzr_reader *r, size_t i) {
+    pthread_mutex_lock(&r->lock);
+    int have = r->t[i].hdr_bytes != NULL;
+    pthread_mutex_unlock(&r->lock);
+    return have;
+}
 
 int tzr_reader_comp(tzr_reader *r, size_t i, const tzr_comp_info **ci) {
     if (r->dir) {

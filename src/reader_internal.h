@@ -21,6 +21,8 @@ TZR_HIDDEN int tzr_reader_check_header(tzr_reader *r, size_t i, const uint8_t *b
 /* Tensor i's compression block: from the frame directory when the file
  * has one (no read), else from its header (read if needed). */
 TZR_HIDDEN int tzr_reader_comp(tzr_reader *r, size_t i, const tzr_comp_info **ci);
+/* Tensor i's header has been read, checked and kept. */
+TZR_HIDDEN int tzr_reader_has_header(tzr_reader *r, size_t i);
 /* The file carries a frame directory: compression blocks known at open. */
 TZR_HIDDEN int tzr_reader_has_dir(const tzr_reader *r);
 TZR_HIDDEN int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigned char *want);
