@@ -946,17 +946,22 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     /* A compressed file with a frame directory has its tables already:
      * phase 1 then reads only the headers no unit will carry (tensors
      * stored raw or without data, and headers too large to add to a read),
-     * so every header of a compressed file is still checked. */
+     * so every header of a compressed file is still checked. A verifying
+     * load also needs the hashes of tensors without data, which no unit
+     * carries: read here, side by side, rather than one after another
+     * (a request each on S3) while destinations are set up. */
     p->headers_read = tzr_reader_encrypted(r) || (tzr_reader_compressed(r) && !tzr_reader_has_dir(r));
     p->hdr_want = p->want;
     int some_headers = 0;
-    if (!rc && !p->headers_read && tzr_reader_compressed(r)) {
+    if (!rc && !p->headers_read && (tzr_reader_compressed(r) || p->verify)) {
         p->hdr_want = tzr_calloc_big(p->n ? p->n : 1, 1);
         if (!p->hdr_want) rc = tzr_fail(TZR_ENOMEM, "out of memory");
         for (size_t i = 0; !rc && i < p->n; i++) {
             const tzr_tensor_info *t = tzr_reader_tensor(r, i);
-            p->hdr_want[i] = p->want[i] && (t->compression != TZR_COMPRESSION_ZSTD || t->data_length == 0 ||
-                                            t->data_offset - t->header_offset > MAX_INLINE_HEADER);
+            int no_unit = t->data_length == 0 ||
+                          (tzr_reader_compressed(r) && (t->compression != TZR_COMPRESSION_ZSTD ||
+                                                        t->data_offset - t->header_offset > MAX_INLINE_HEADER));
+            p->hdr_want[i] = p->want[i] && no_unit;
             some_headers |= p->hdr_want[i];
         }
     }
