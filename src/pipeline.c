@@ -76,6 +76,8 @@ typedef struct unit {
     uint64_t skip;       /* read bytes before frame f0 (crypt chunk alignment,
                             or the tensor's header) */
     uint64_t hdr_len;    /* the read starts with the tensor's header, this long */
+    int zpack;           /* whole small compressed tensors, one piece each,
+                            records back to back (remote sources) */
     uint64_t first_chunk;/* crypt chunk at the start of the read */
 } unit;
 
@@ -412,6 +414,34 @@ static int expand_unit(pipeline *p, size_t u, uint8_t *buf, tzr_zctx **zp) {
     return rc;
 }
 
+/* A pack of whole compressed tensors: per piece, check and keep its header
+ * when no earlier read did, then expand all its frames in place. */
+static int expand_pack(pipeline *p, size_t u, const uint8_t *buf, tzr_zctx **zp) {
+    unit *un = &p->units[u];
+    uint8_t *scratch = p->slots[u % (size_t)p->nslots].buf + p->zout_at + p->zout_max;
+    char what[TZR_NAMEBUF + 256];
+    int rc = 0;
+    if (!*zp && !(*zp = tzr_zctx_new())) return tzr_fail(TZR_ENOMEM, "out of memory for a zstd context");
+    for (size_t k = 0; k < un->count && !rc; k++) {
+        piece *pc = &p->pieces[un->first + k];
+        const tzr_tensor_info *t = tzr_reader_tensor(p->r, pc->tensor);
+        if (!tzr_reader_has_header(p->r, pc->tensor))
+            rc = tzr_reader_install_header(p->r, pc->tensor, buf + (t->header_offset - un->off),
+                                           (size_t)(t->data_offset - t->header_offset));
+        const tzr_comp_info *ci = NULL;
+        if (!rc) rc = tzr_reader_comp(p->r, pc->tensor, &ci);
+        uint8_t *dst = rc ? NULL : piece_bytes(p, pc);
+        if (!rc && !dst) rc = tzr_fail(TZR_EINVAL, "sink gave no destination");
+        if (!rc) {
+            rc = tzr_zdecompress(*zp, ci, 0, ci->nframes, buf + (t->data_offset - un->off), (size_t)t->data_length,
+                                 dst, scratch, t->data_offset);
+            if (rc) tzr_fail_prefix(rc, "%s: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what));
+        }
+        if (rc) fail_at(p, rc, pc->tensor);
+    }
+    return rc;
+}
+
 /* One vectored read for a coalesced unit: each piece's data straight into
  * the sink's memory, the bytes between (headers) packed into the slot.
  * gap_at[k] is where the gap before piece k ends in the slot. */
@@ -487,7 +517,11 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
                                        (unsigned long long)un->off, (unsigned long long)un->len),
                        pc->tensor);
     }
-    if (un->comp) {
+    if (un->zpack) {
+        rc = expand_pack(p, u, buf, zp);
+        if (rc) return rc;
+        buf = p->slots[s].buf; /* pieces' uoff is relative to the slot */
+    } else if (un->comp) {
         if (un->hdr_len) {
             piece *pc = &p->pieces[un->first];
             rc = tzr_reader_install_header(p->r, pc->tensor, buf, (size_t)un->hdr_len);
@@ -617,6 +651,7 @@ static int add_unit(pipeline *p, size_t *cap, uint64_t off, uint64_t len, size_t
     un->direct = 0;
     un->comp = un->zdirect = un->scatter = 0;
     un->f0 = un->f1 = un->skip = un->first_chunk = un->hdr_len = 0;
+    un->zpack = 0;
     return 0;
 }
 
@@ -701,10 +736,30 @@ static int plan_compressed(pipeline *p, size_t i, size_t chunk, size_t ring, siz
  * holds the tail of one tensor, small tensors whole and the head of the
  * next. A unit that would hold one tensor's chunk alone starts at its
  * data (read in place, no copy) unless headers are wanted (verify). */
+/* Close the open pack of small compressed tensors (see plan_packed). */
+static int close_pack(pipeline *p, size_t *ucap, int *zopen, uint64_t zoff, uint64_t zend, size_t zfirst,
+                      uint64_t zulen) {
+    if (!*zopen) return 0;
+    *zopen = 0;
+    int rc = add_unit(p, ucap, zoff, zend - zoff, zfirst);
+    if (rc) return rc;
+    unit *un = &p->units[p->nunits - 1];
+    un->comp = un->zpack = 1;
+    if (zulen > p->zout_max) p->zout_max = (size_t)zulen;
+    return 0;
+}
+
 static int plan_packed(pipeline *p, size_t chunk, size_t ring, size_t *pcap, size_t *ucap) {
     int open = 0, rc = 0;
     uint64_t uoff = 0, uend = 0;
     size_t ufirst = 0;
+    /* Small compressed tensors whose records lie back to back share a read
+     * (a pack), as small plaintext tensors do: a request each would cost a
+     * round trip each (norm weights are a few KiB). Not when encrypted:
+     * their crypt chunks are per tensor. */
+    int zopen = 0;
+    uint64_t zoff = 0, zend = 0, zulen = 0;
+    size_t zfirst = 0;
     for (size_t i = 0; i < p->n && !rc; i++) {
         if (!p->want[i]) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
@@ -712,9 +767,34 @@ static int plan_packed(pipeline *p, size_t chunk, size_t ring, size_t *pcap, siz
         if (t->compression == TZR_COMPRESSION_ZSTD) {
             if (open && (rc = add_unit(p, ucap, uoff, uend - uoff, ufirst))) break;
             open = 0;
-            rc = plan_compressed(p, i, chunk, ring, pcap, ucap);
+            uint64_t hlen = t->data_offset - t->header_offset;
+            int small = !tzr_reader_encrypted(p->r) && t->data_length <= chunk / 8 && t->nbytes <= chunk / 4 &&
+                        hlen <= MAX_INLINE_HEADER;
+            if (small && zopen && (t->header_offset != zend || t->data_offset + t->data_length - zoff > chunk ||
+                                   zulen + t->nbytes > 2 * (uint64_t)chunk))
+                rc = close_pack(p, ucap, &zopen, zoff, zend, zfirst, zulen);
+            if (rc) break;
+            if (!small) {
+                if ((rc = close_pack(p, ucap, &zopen, zoff, zend, zfirst, zulen))) break;
+                rc = plan_compressed(p, i, chunk, ring, pcap, ucap);
+                continue;
+            }
+            if (!zopen) {
+                zopen = 1;
+                zoff = t->header_offset;
+                zfirst = p->npieces;
+                zulen = 0;
+            }
+            const tzr_comp_info *ci;
+            if ((rc = tzr_reader_comp(p->r, i, &ci))) break;
+            if (ci->planes > 1 && ci->frame_size > p->zscratch_max) p->zscratch_max = ci->frame_size;
+            rc = add_piece(p, pcap, i, 0, t->nbytes, zulen);
+            p->ts[i].pieces_total = 1;
+            zulen += t->nbytes;
+            zend = t->data_offset + t->data_length;
             continue;
         }
+        if ((rc = close_pack(p, ucap, &zopen, zoff, zend, zfirst, zulen))) break;
         uint64_t cs; /* pieces hold whole crypt chunks (or the whole box) */
         if ((rc = crypt_granule(p, i, &cs))) break;
         uint64_t toff = 0;
@@ -752,6 +832,7 @@ static int plan_packed(pipeline *p, size_t chunk, size_t ring, size_t *pcap, siz
         }
     }
     if (!rc && open) rc = add_unit(p, ucap, uoff, uend - uoff, ufirst);
+    if (!rc) rc = close_pack(p, ucap, &zopen, zoff, zend, zfirst, zulen);
     return rc;
 }
 
@@ -1022,8 +1103,14 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         unit *un = &p->units[u];
         piece *pc = &p->pieces[un->first];
         if (un->comp) {
-            pc->uoff = p->zout_at;
-            un->zdirect = sink->direct && sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
+            /* Expanded pieces follow one another in the output area (a
+             * pack's pieces carry their offset in it from planning). */
+            un->zdirect = sink->direct != NULL;
+            for (size_t k = 0; k < un->count; k++) {
+                piece *q = &p->pieces[un->first + k];
+                q->uoff = p->zout_at + (un->zpack ? q->uoff : 0);
+                if (un->zdirect) un->zdirect = sink->direct(sink, q->tensor, q->toff, q->len) != NULL;
+            }
             continue;
         }
         un->direct = un->count == 1 && pc->uoff == 0 && un->len == pc->len && sink->direct &&
