@@ -211,6 +211,25 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
     return 0;
 }
 
+/* A compression block (from a header or the frame directory) against the
+ * tensor's index entry: the checks a block cannot make alone. */
+static int check_comp_vs_index(const tzr_tensor_info *t, const tzr_comp_info *ci) {
+    if (ci->uncompressed_length != (t->meta ? 0 : t->nbytes))
+        return tzr_fail(TZR_EFORMAT, "uncompressed length %llu disagrees with shape and dtype (%llu bytes)",
+                        (unsigned long long)ci->uncompressed_length, (unsigned long long)(t->meta ? 0 : t->nbytes));
+    if (ci->planes > 1 && ci->planes != t->itemsize)
+        return tzr_fail(TZR_EFORMAT, "%u byte planes for %u-byte elements", ci->planes, t->itemsize);
+    return 0;
+}
+
+/* The tensor_info fields a compression block decides. */
+static void set_comp_fields(tzr_tensor_info *t, const tzr_comp_info *ci) {
+    t->compression = ci->codec == TZR_CODEC_ZSTD ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE;
+    t->byte_planes = ci->codec == TZR_CODEC_ZSTD ? ci->planes : 1;
+    t->frame_size = ci->frame_size;
+    t->frames = ci->nframes;
+}
+
 /* Parse header bytes of tensor i and check them against its index entry. */
 static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len, tzr_tensor_header *h) {
     const tzr_tensor_info *t = &r->t[i].info;
@@ -245,15 +264,9 @@ static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t le
                    memcmp(bytes + h->comp_start, r->dir_bytes + r->dir[i].at, r->dir[i].len) != 0))
         return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu: compression block disagrees with the frame directory",
                         tzr_reader_what(r, i, what, sizeof what), (unsigned long long)t->header_offset);
-    if (ci->present && ci->uncompressed_length != (t->meta ? 0 : t->nbytes))
-        return tzr_fail(TZR_EFORMAT,
-                        "%s: header at offset %llu: uncompressed length %llu disagrees with shape and dtype (%llu bytes)",
-                        tzr_reader_what(r, i, what, sizeof what), (unsigned long long)t->header_offset,
-                        (unsigned long long)ci->uncompressed_length, (unsigned long long)(t->meta ? 0 : t->nbytes));
-    if (ci->present && ci->planes > 1 && ci->planes != t->itemsize)
-        return tzr_fail(TZR_EFORMAT, "%s: header at offset %llu: %u byte planes for %u-byte elements",
-                        tzr_reader_what(r, i, what, sizeof what), (unsigned long long)t->header_offset, ci->planes,
-                        t->itemsize);
+    if (ci->present && (rc = check_comp_vs_index(t, ci)))
+        return tzr_fail_prefix(rc, "%s: header at offset %llu: ", tzr_reader_what(r, i, what, sizeof what),
+                               (unsigned long long)t->header_offset);
     return 0;
 }
 
@@ -286,10 +299,7 @@ int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t *bytes, siz
         s->hdr = &kept->h;
         __atomic_store_n(&s->info.module_idx, h.module_idx, __ATOMIC_RELAXED);
         s->info.encrypted = h.crypt.encrypted;
-        s->info.compression = h.comp.codec == TZR_CODEC_ZSTD ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE;
-        s->info.byte_planes = h.comp.codec == TZR_CODEC_ZSTD ? h.comp.planes : 1;
-        s->info.frame_size = h.comp.frame_size;
-        s->info.frames = h.comp.nframes;
+        set_comp_fields(&s->info, &h.comp);
         s->hdr_bytes = copy;
     }
     pthread_mutex_unlock(&r->lock);
@@ -298,10 +308,7 @@ int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t *bytes, siz
 
 int tzr_reader_header(tzr_reader *r, size_t i, const tzr_tensor_header **h) {
     tensor_slot *s = &r->t[i];
-    pthread_mutex_lock(&r->lock);
-    int have = s->hdr_bytes != NULL;
-    pthread_mutex_unlock(&r->lock);
-    if (!have) {
+    if (!tzr_reader_has_header(r, i)) {
         size_t len = (size_t)(s->info.data_offset - s->info.header_offset);
         uint8_t *buf = malloc(len);
         if (!buf) return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -327,10 +334,7 @@ int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigne
     size_t i = from;
     if (to > r->n) to = r->n;
     while (i < to && !rc) {
-        pthread_mutex_lock(&r->lock);
-        int have = r->t[i].hdr_bytes != NULL;
-        pthread_mutex_unlock(&r->lock);
-        if (have || (want && !want[i])) {
+        if ((want && !want[i]) || tzr_reader_has_header(r, i)) {
             i++;
             continue;
         }
@@ -485,12 +489,12 @@ static size_t index_needed(const uint8_t *index, size_t have, uint64_t n, int co
     return end + TZR_DIR_PREFIX + (size_t)d;
 }
 
-/* The frame directory of a compressed file (§11.5), when present after
- * the entries in index[0, have): every tensor's compression block, checked
- * as a header's would be; a header read later must carry the same bytes. */
-static int parse_dir(tzr_reader *r, const uint8_t *index, size_t have) {
-    size_t end = entries_end(index, have, r->n);
-    if (!end || have - end < TZR_DIR_PREFIX || memcmp(index + end, TZR_DIR_MAGIC, 8) != 0) return 0;
+/* The frame directory of a compressed file (§11.5), when present right
+ * after the entries (which end at `end`) in index[0, have): every tensor's
+ * compression block, checked as a header's would be; a header read later
+ * must carry the same bytes. */
+static int parse_dir(tzr_reader *r, const uint8_t *index, size_t have, size_t end) {
+    if (have - end < TZR_DIR_PREFIX || memcmp(index + end, TZR_DIR_MAGIC, 8) != 0) return 0;
     uint64_t at = TZR_PROLOGUE_LEN + end; /* file offset, for messages */
     uint64_t d = tzr_ld64(index + end + 8);
     if (d > have - end - TZR_DIR_PREFIX)
@@ -509,20 +513,13 @@ static int parse_dir(tzr_reader *r, const uint8_t *index, size_t have) {
         de->at = pos;
         int rc = tzr_parse_comp_block_at(r->dir_bytes, (size_t)d, &pos, &de->ci);
         if (!rc) rc = tzr_check_comp_info(&de->ci, t->data_length);
-        if (!rc && de->ci.uncompressed_length != (t->meta ? 0 : t->nbytes))
-            rc = tzr_fail(TZR_EFORMAT, "uncompressed length %llu disagrees with shape and dtype (%llu bytes)",
-                          (unsigned long long)de->ci.uncompressed_length, (unsigned long long)(t->meta ? 0 : t->nbytes));
-        if (!rc && de->ci.planes > 1 && de->ci.planes != t->itemsize)
-            rc = tzr_fail(TZR_EFORMAT, "%u byte planes for %u-byte elements", de->ci.planes, t->itemsize);
+        if (!rc) rc = check_comp_vs_index(t, &de->ci);
         if (rc)
             return tzr_fail_prefix(rc, "%s: frame directory entry at offset %llu: ",
                                    tzr_reader_what(r, i, what, sizeof what),
                                    (unsigned long long)(at + TZR_DIR_PREFIX + de->at));
         de->len = pos - de->at;
-        t->compression = de->ci.codec == TZR_CODEC_ZSTD ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE;
-        t->byte_planes = de->ci.codec == TZR_CODEC_ZSTD ? de->ci.planes : 1;
-        t->frame_size = de->ci.frame_size;
-        t->frames = de->ci.nframes;
+        set_comp_fields(t, &de->ci);
     }
     if (pos != d)
         return tzr_fail(TZR_EFORMAT, "%s: frame directory at offset %llu: %llu bytes after the last tensor's block",
@@ -530,7 +527,7 @@ static int parse_dir(tzr_reader *r, const uint8_t *index, size_t have) {
     return 0;
 }
 
-static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len) {
+static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len, size_t *end) {
     uint64_t n = r->fh.tensor_count;
     r->n = (size_t)n;
     r->t = tzr_calloc_big(n ? n : 1, sizeof *r->t);
@@ -553,6 +550,7 @@ static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len) {
         int rc = load_entry(r, i, &e, TZR_PROLOGUE_LEN + at, data_start, &prev_end, &dims_used, &memo);
         if (rc) return rc;
     }
+    *end = c.pos;
     return 0;
 }
 
@@ -624,8 +622,9 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
             have = want;
             need = want;
         }
-        if (!rc) rc = parse_index(r, index, need);
-        if (!rc && r->comp_info) rc = parse_dir(r, index, have);
+        size_t end = 0;
+        if (!rc) rc = parse_index(r, index, need, &end);
+        if (!rc && r->comp_info) rc = parse_dir(r, index, have, end);
         free(full);
     }
     free(head);
