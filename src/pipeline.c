@@ -139,7 +139,9 @@ typedef struct pipeline {
     pthread_mutex_t report_lock;
     size_t next_report;
     atomic_uint_fast64_t bytes_done, bytes_read, reads;
-    uint64_t total_bytes;
+    uint64_t total_bytes;   /* of the selected tensors, loaded */
+    uint64_t stored_bytes;  /* of the selected tensors, in the file */
+    size_t nselected;
     pthread_mutex_t progress_lock;
     /* Tensors share TENSOR_LOCKS locks by index: a mutex per tensor cost
      * 100k initialisations (and 4 MB) on many-tensor files. */
@@ -381,6 +383,21 @@ static int acquire_slot(pipeline *p, size_t u, int s) {
     return 0;
 }
 
+/* Expand frames [f0, f1) of piece pc's tensor from `in` (stored bytes
+ * starting at frame f0, file offset `at` for messages) into its place:
+ * the sink's memory or the slot's output area. */
+static int expand_frames(pipeline *p, size_t u, piece *pc, const tzr_comp_info *ci, uint64_t f0, uint64_t f1,
+                         const uint8_t *in, size_t inlen, uint64_t at, tzr_zctx **zp) {
+    char what[TZR_NAMEBUF + 256];
+    if (!*zp && !(*zp = tzr_zctx_new())) return tzr_fail(TZR_ENOMEM, "out of memory for a zstd context");
+    uint8_t *dst = piece_bytes(p, pc);
+    if (!dst) return tzr_fail(TZR_EINVAL, "sink gave no destination");
+    uint8_t *scratch = p->slots[u % (size_t)p->nslots].buf + p->zout_at + p->zout_max;
+    int rc = tzr_zdecompress(*zp, ci, f0, f1, in, inlen, dst, scratch, at);
+    if (rc) tzr_fail_prefix(rc, "%s: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what));
+    return rc;
+}
+
 /* A compressed unit after its read: decrypt the read (whole crypt chunks),
  * expand its frames into the slot's output area or the sink's memory. */
 static int expand_unit(pipeline *p, size_t u, uint8_t *buf, tzr_zctx **zp) {
@@ -401,42 +418,28 @@ static int expand_unit(pipeline *p, size_t u, uint8_t *buf, tzr_zctx **zp) {
         if (rc && strstr(tzr_last_error(), "tensor '") == NULL)
             tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what),
                             (unsigned long long)un->off);
-        if (rc) return rc;
     }
-    if (!rc && !*zp && !(*zp = tzr_zctx_new())) rc = tzr_fail(TZR_ENOMEM, "out of memory for a zstd context");
     if (rc) return rc;
-    uint8_t *slotbuf = p->slots[u % (size_t)p->nslots].buf;
-    uint8_t *dst = piece_bytes(p, pc);
-    if (!dst) return tzr_fail(TZR_EINVAL, "sink gave no destination");
-    rc = tzr_zdecompress(*zp, ci, un->f0, un->f1, buf + un->skip, un->len - un->skip, dst,
-                         slotbuf + p->zout_at + p->zout_max, un->off + un->skip);
-    if (rc) tzr_fail_prefix(rc, "%s: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what));
-    return rc;
+    return expand_frames(p, u, pc, ci, un->f0, un->f1, buf + un->skip, (size_t)(un->len - un->skip),
+                         un->off + un->skip, zp);
 }
 
 /* A pack of whole compressed tensors: per piece, check and keep its header
- * when no earlier read did, then expand all its frames in place. */
+ * (installing is a no-op when an earlier read did), then expand all its
+ * frames in place. */
 static int expand_pack(pipeline *p, size_t u, const uint8_t *buf, tzr_zctx **zp) {
     unit *un = &p->units[u];
-    uint8_t *scratch = p->slots[u % (size_t)p->nslots].buf + p->zout_at + p->zout_max;
-    char what[TZR_NAMEBUF + 256];
     int rc = 0;
-    if (!*zp && !(*zp = tzr_zctx_new())) return tzr_fail(TZR_ENOMEM, "out of memory for a zstd context");
     for (size_t k = 0; k < un->count && !rc; k++) {
         piece *pc = &p->pieces[un->first + k];
         const tzr_tensor_info *t = tzr_reader_tensor(p->r, pc->tensor);
-        if (!tzr_reader_has_header(p->r, pc->tensor))
-            rc = tzr_reader_install_header(p->r, pc->tensor, buf + (t->header_offset - un->off),
-                                           (size_t)(t->data_offset - t->header_offset));
         const tzr_comp_info *ci = NULL;
+        rc = tzr_reader_install_header(p->r, pc->tensor, buf + (t->header_offset - un->off),
+                                       (size_t)(t->data_offset - t->header_offset));
         if (!rc) rc = tzr_reader_comp(p->r, pc->tensor, &ci);
-        uint8_t *dst = rc ? NULL : piece_bytes(p, pc);
-        if (!rc && !dst) rc = tzr_fail(TZR_EINVAL, "sink gave no destination");
-        if (!rc) {
-            rc = tzr_zdecompress(*zp, ci, 0, ci->nframes, buf + (t->data_offset - un->off), (size_t)t->data_length,
-                                 dst, scratch, t->data_offset);
-            if (rc) tzr_fail_prefix(rc, "%s: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what));
-        }
+        if (!rc)
+            rc = expand_frames(p, u, pc, ci, 0, ci->nframes, buf + (t->data_offset - un->off), (size_t)t->data_length,
+                               t->data_offset, zp);
         if (rc) fail_at(p, rc, pc->tensor);
     }
     return rc;
@@ -846,14 +849,7 @@ static int plan(pipeline *p, size_t chunk, size_t ring) {
     /* Room for the usual plan up front (one piece per tensor plus one per
      * chunk; more grows by doubling): growing from small copies the
      * arrays a dozen times on 100k-tensor files. */
-    size_t est = 16;
-    uint64_t stored = 0;
-    for (size_t i = 0; i < p->n; i++)
-        if (p->want[i]) {
-            est++;
-            stored += tzr_reader_tensor(p->r, i)->data_length;
-        }
-    est += (size_t)(stored / (chunk / 2));
+    size_t est = 16 + p->nselected + (size_t)(p->stored_bytes / (chunk / 2));
     if (est > ((size_t)1 << 22)) est = (size_t)1 << 22; /* beyond that, doubling */
     if ((p->pieces = tzr_alloc_big(est * sizeof *p->pieces))) pcap = est;
     if ((p->units = tzr_alloc_big(est * sizeof *p->units))) ucap = est;
@@ -1015,7 +1011,11 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     for (size_t i = 0; !rc && i < p->n; i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         p->want[i] = !opt->filter || opt->filter(opt->filter_ctx, i, t);
-        if (p->want[i]) p->total_bytes += t->nbytes;
+        if (p->want[i]) {
+            p->total_bytes += t->nbytes;
+            p->stored_bytes += t->data_length;
+            p->nselected++;
+        }
     }
     /* Phase 1: every selected header (parallel for remote sources). */
     /* Plaintext files need no header to plan: each unit read carries its
@@ -1087,9 +1087,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     }
     /* Destinations, then the units that can be read in place. */
     if (!rc && sink->reserve) {
-        size_t count = 0;
-        for (size_t i = 0; i < p->n; i++) count += p->want[i];
-        rc = sink->reserve(sink, count, p->total_bytes);
+        rc = sink->reserve(sink, p->nselected, p->total_bytes);
         if (rc) fail(p, rc);
     }
     for (size_t i = 0; !rc && i < p->n; i++) {
@@ -1165,7 +1163,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         memset(stats, 0, sizeof *stats);
-        for (size_t i = 0; i < p->n; i++) stats->tensors += p->want && p->want[i];
+        stats->tensors = p->nselected;
         stats->bytes = atomic_load(&p->bytes_done);
         stats->bytes_read = atomic_load(&p->bytes_read);
         stats->reads = atomic_load(&p->reads);
