@@ -51,19 +51,25 @@ static uint8_t *arena_alloc(host_sink *h, uint64_t len) {
     return p;
 }
 
+/* The tensor table, grown to n entries (new ones zero). Huge pages once
+ * large: realloc's fresh 4 KiB pages cost a fault each, and 100k tensors
+ * take 2 MB of this table. */
+static int grow_table(host_sink *h, size_t n) {
+    host_tensor *grown = tzr_grow_big(h->t, h->n * sizeof *grown, n * sizeof *grown);
+    if (!grown) return tzr_fail(TZR_ENOMEM, "out of memory");
+    memset(grown + h->n, 0, (n - h->n) * sizeof *grown);
+    h->t = grown;
+    h->n = n;
+    return 0;
+}
+
 /* Every selected tensor in one block (plus alignment), and the table at
  * its final size: a 64 MiB block per 64 MiB costs an mmap and a munmap
  * each (~0.1 ms apiece here), 1,000 of them for 64 GiB. */
 static int host_reserve(tzr_sink *s, size_t count, uint64_t bytes) {
     host_sink *h = (host_sink *)s;
     if (h->dest || h->nblocks || count == 0) return 0;
-    if (count > h->n) {
-        host_tensor *grown = tzr_grow_big(h->t, h->n * sizeof *grown, count * sizeof *grown);
-        if (!grown) return 0; /* begin_tensor grows it */
-        memset(grown + h->n, 0, (count - h->n) * sizeof *grown);
-        h->t = grown;
-        h->n = count;
-    }
+    if (count > h->n && grow_table(h, count)) return 0; /* begin_tensor grows it */
     uint64_t size = bytes + (uint64_t)count * ALIGN;
     if (size < bytes || size > SIZE_MAX / 2) return 0;
     uint8_t **blocks = malloc(sizeof *blocks);
@@ -85,13 +91,8 @@ static int host_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
     if (index >= h->n) {
         size_t n = h->n ? h->n : 64;
         while (n <= index) n *= 2;
-        /* Huge pages once large: realloc's fresh 4 KiB pages cost a fault
-         * each, and 100k tensors take 2 MB of this table. */
-        host_tensor *grown = tzr_grow_big(h->t, h->n * sizeof *grown, n * sizeof *grown);
-        if (!grown) return tzr_fail(TZR_ENOMEM, "out of memory");
-        memset(grown + h->n, 0, (n - h->n) * sizeof *grown);
-        h->t = grown;
-        h->n = n;
+        int rc = grow_table(h, n);
+        if (rc) return rc;
     }
     host_tensor *ht = &h->t[index];
     memset(ht, 0, sizeof *ht);
