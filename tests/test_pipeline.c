@@ -192,7 +192,8 @@ static void faulty_destroy(tzr_source *s) {
     free(f);
 }
 
-static tzr_reader *open_faulty(const char *path, uint64_t fail_at, int code, int verify, const uint8_t *key) {
+/* The file at path behind a source whose reads covering fail_at fail. */
+static faulty *wrap_faulty(const char *path, uint64_t fail_at, int code) {
     faulty *f = calloc(1, sizeof *f);
     CHECK_OK(tzr_source_open_file(&f->inner, path, 0));
     f->base = *f->inner;
@@ -205,6 +206,11 @@ static tzr_reader *open_faulty(const char *path, uint64_t fail_at, int code, int
     f->base.ctx = f;
     f->fail_at = fail_at;
     f->code = code;
+    return f;
+}
+
+static tzr_reader *open_faulty(const char *path, uint64_t fail_at, int code, int verify, const uint8_t *key) {
+    faulty *f = wrap_faulty(path, fail_at, code);
     tzr_reader_options o = TZR_READER_OPTIONS_INIT;
     o.verify = verify;
     o.crypt.key = key;
@@ -519,18 +525,7 @@ static void open_reads(void) {
         tzr_reader_free(r);
     }
     /* The second read fails: the open fails with it. */
-    faulty *f = calloc(1, sizeof *f);
-    CHECK_OK(tzr_source_open_file(&f->inner, many_path, 0));
-    f->base = *f->inner;
-    f->base.read_at = faulty_read;
-    f->base.readv_at = faulty_readv;
-    f->base.is_cached = NULL;
-    f->base.set_direct = NULL;
-    f->base.destroy = faulty_destroy;
-    f->base.name = "faulty";
-    f->base.ctx = f;
-    f->fail_at = 73 + (100u << 10);
-    f->code = TZR_EIO;
+    faulty *f = wrap_faulty(many_path, 73 + (100u << 10), TZR_EIO);
     tzr_reader *r = NULL;
     CHECK(tzr_reader_open_source(&r, &f->base, NULL) == TZR_EIO);
     CHECK(r == NULL);
