@@ -49,20 +49,26 @@ static int is_tensors_file(const char *path) {
     return n >= 8 && strcmp(path + n - 8, ".tensors") == 0;
 }
 
-/* An index reservation for a compressed output that also holds the frame
- * directory (formats/tensorizer.md §11.5), so readers get every frame table
- * at open: entries plus, per tensor, a compression block with one u32 per
- * 4 MiB frame (the writer's default). At least tensorizer's 256 KiB. */
-static uint64_t compressed_index_bytes(int argc, char **argv, int first) {
-    uint64_t need = 16 + 4096; /* directory prefix, slack */
+/* What a tensor takes in the index reservation of a compressed output: its
+ * entry and, in the frame directory (formats/tensorizer.md 11.5), its
+ * compression block, one u32 per 4 MiB frame (the writer's default). */
+static uint64_t reserved_for(size_t name_len, size_t dtype_len, uint32_t ndim, uint64_t nbytes) {
+    return 29 + name_len + dtype_len + 4 * (uint64_t)ndim + 26 + 4 * ((nbytes + (4u << 20) - 1) / (4u << 20));
+}
+
+/* One pass over the inputs: returns the bytes of the safetensors inputs
+ * (the progress bar's total); when compressing, *index_bytes becomes a
+ * reservation that also holds the frame directory, so readers get every
+ * frame table at open, and at least tensorizer's 256 KiB. */
+static uint64_t scan_inputs(int argc, char **argv, int first, int compress, uint64_t *index_bytes) {
+    uint64_t total = 0, need = 16 + 4096; /* directory prefix, slack */
     for (int i = first; i < argc; i++) {
         if (is_tensors_file(argv[i])) {
             tzr_reader *r;
-            if (tzr_reader_open(&r, argv[i], NULL)) continue; /* reported when added */
+            if (!compress || tzr_reader_open(&r, argv[i], NULL)) continue; /* errors: reported when added */
             for (size_t k = 0; k < tzr_reader_count(r); k++) {
                 const tzr_tensor_info *t = tzr_reader_tensor(r, k);
-                need += 29 + t->name_len + t->dtype_len + 4 * (uint64_t)t->ndim;
-                need += 26 + 4 * ((t->nbytes + (4u << 20) - 1) / (4u << 20));
+                need += reserved_for(t->name_len, t->dtype_len, t->ndim, t->nbytes);
             }
             tzr_reader_free(r);
             continue;
@@ -73,13 +79,16 @@ static uint64_t compressed_index_bytes(int argc, char **argv, int first) {
             const tzr_st_tensor *t = tzr_st_get(f, k);
             size_t dlen = 0;
             tzr_dtype_string(t->dtype, &dlen);
-            need += 29 + t->name_len + dlen + 4 * (uint64_t)t->ndim;
-            need += 26 + 4 * ((t->nbytes + (4u << 20) - 1) / (4u << 20));
+            need += reserved_for(t->name_len, dlen, t->ndim, t->nbytes);
+            total += t->nbytes;
         }
         tzr_st_free(f);
     }
-    need = (need + 4095) / 4096 * 4096;
-    return need > 262144 ? need : 262144;
+    if (compress) {
+        need = (need + 4095) / 4096 * 4096;
+        *index_bytes = need > 262144 ? need : 262144;
+    }
+    return total;
 }
 
 typedef struct progress_state {
@@ -232,20 +241,12 @@ int main(int argc, char **argv) {
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     cli_crypt_apply(&key_material, &wo.crypt);
     wo.metadata_size = index_bytes;
-    if (zlevel >= 0 && !index_bytes) wo.metadata_size = compressed_index_bytes(argc, argv, optind);
+    uint64_t total = scan_inputs(argc, argv, optind, zlevel >= 0 && !index_bytes, &wo.metadata_size);
     if (zlevel >= 0) {
         wo.compression = TZR_COMPRESSION_ZSTD;
         wo.compression_level = zlevel;
     }
     progress_state ps = {{0}, 0, quiet};
-    uint64_t total = 0;
-    for (int i = optind; i < argc; i++) {
-        tzr_st_file *f;
-        if (!is_tensors_file(argv[i]) && tzr_st_open(&f, argv[i]) == 0) {
-            for (size_t k = 0; k < tzr_st_count(f); k++) total += tzr_st_get(f, k)->nbytes;
-            tzr_st_free(f);
-        }
-    }
     double t0 = cli_now();
     tzr_writer *w;
     int rc = tzr_writer_open(&w, output, &wo);
