@@ -85,6 +85,10 @@ typedef int (*tzr_filter_fn)(void *ctx, size_t index, const tzr_tensor_info *t);
 /* Called in index order as each tensor is complete; a non-zero return
  * cancels the load with that code. */
 typedef int (*tzr_tensor_done_fn)(void *ctx, size_t index, const tzr_tensor_info *t);
+/* Called in index order for each tensor whose data or header fails its
+ * checks (TZR_EHASH, TZR_ECRYPT, TZR_EFORMAT), with the code and the
+ * message (naming the tensor and byte offset); return 0 to go on. */
+typedef int (*tzr_tensor_error_fn)(void *ctx, size_t index, const tzr_tensor_info *t, int code, const char *message);
 /* Progress: bytes of tensor data done so far and the total. */
 typedef void (*tzr_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
@@ -104,10 +108,18 @@ typedef struct tzr_load_options {
     tzr_progress_fn progress;
     void *progress_ctx;
     volatile int *cancel;     /* set non-zero from anywhere to stop */
+    /* Set: a tensor that fails its checks is reported here and the load
+     * goes on with the others, reading every byte once (a verify that
+     * reports every bad tensor in one pass). tzr_load still returns the
+     * first such failure, once the rest is loaded. A wrong key or password
+     * is not a tensor's failure: it stops the load at once. NULL: the
+     * first failure stops the load. */
+    tzr_tensor_error_fn on_tensor_error;
+    void *on_tensor_error_ctx;
 } tzr_load_options;
 
 #define TZR_LOAD_OPTIONS_INIT \
-    { sizeof(tzr_load_options), 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0 }
+    { sizeof(tzr_load_options), 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* What a load did (for tools and benchmarks). */
 typedef struct tzr_load_stats {

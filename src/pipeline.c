@@ -33,6 +33,7 @@
 #include "tzr_load.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -97,6 +98,13 @@ typedef struct thash { /* ordered hashing, guarded by tensor_lock() */
     piece *parked;
 } thash;
 
+/* A tensor that failed its checks in a load that goes on past it. */
+typedef struct bad_tensor {
+    size_t tensor;
+    int code;
+    char *msg;
+} bad_tensor;
+
 typedef struct slot {
     uint8_t *buf;
     long unit;           /* unit occupying it, -1 none */
@@ -136,12 +144,21 @@ typedef struct pipeline {
     int err_code;
     size_t err_tensor;
     pthread_mutex_t err_lock;
+    /* Loads with on_tensor_error: bad[i] = index + 1 into bads (under
+     * err_lock once set, read without it). key_state: 0 unknown, 1 the key
+     * opened a tensor, 2 it opens none (decided once, under key_lock). */
+    size_t *bad;
+    bad_tensor *bads;
+    size_t nbads, bads_cap;
+    atomic_int key_state;
+    pthread_mutex_t key_lock;
     pthread_mutex_t report_lock;
     size_t next_report;
     atomic_uint_fast64_t bytes_done, bytes_read, reads;
     uint64_t total_bytes;   /* of the selected tensors, loaded */
     uint64_t stored_bytes;  /* of the selected tensors, in the file */
     size_t nselected;
+    size_t nrequested;      /* selected by the filter (nselected less bad headers) */
     pthread_mutex_t progress_lock;
     /* Tensors share TENSOR_LOCKS locks by index: a mutex per tensor cost
      * 100k initialisations (and 4 MB) on many-tensor files. */
@@ -176,6 +193,75 @@ static int fail_at(pipeline *p, int rc, size_t tensor) {
 
 static int fail(pipeline *p, int rc) { return fail_at(p, rc, (size_t)-1); }
 
+static int is_bad(pipeline *p, size_t tensor) {
+    return p->bad && __atomic_load_n(&p->bad[tensor], __ATOMIC_ACQUIRE) != 0;
+}
+
+/* A failure of one tensor's data or header (this thread's message). A
+ * load with on_tensor_error marks the tensor bad and goes on (returns 0);
+ * any other failure, or any failure of a plain load, stops everything. */
+static int tensor_fail(pipeline *p, int rc, size_t tensor) {
+    int data_error = rc == TZR_EHASH || rc == TZR_ECRYPT || rc == TZR_EFORMAT;
+    if (!p->bad || !data_error || tensor >= p->n || atomic_load(&p->failed)) return fail_at(p, rc, tensor);
+    pthread_mutex_lock(&p->err_lock);
+    int ok = 1;
+    if (!p->bad[tensor]) {
+        if (p->nbads == p->bads_cap) {
+            size_t cap = p->bads_cap ? 2 * p->bads_cap : 16;
+            bad_tensor *grown = realloc(p->bads, cap * sizeof *grown);
+            if (grown) {
+                p->bads = grown;
+                p->bads_cap = cap;
+            }
+        }
+        char *msg = p->nbads < p->bads_cap ? strdup(tzr_last_error()) : NULL;
+        ok = msg != NULL;
+        if (ok) {
+            p->bads[p->nbads++] = (bad_tensor){tensor, rc, msg};
+            __atomic_store_n(&p->bad[tensor], p->nbads, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&p->err_lock);
+    return ok ? 0 : fail_at(p, rc, tensor); /* no memory to remember it: stop with it */
+}
+
+/* A tensor did not decrypt. With a key that opens no other tensor the file
+ * is not bad, the key is: stop with one message rather than report every
+ * tensor. Decided once per load, and only on a failure. */
+static void check_key_after(pipeline *p, size_t tensor) {
+    if (!p->bad || atomic_load(&p->key_state)) return;
+    pthread_mutex_lock(&p->key_lock);
+    if (!atomic_load(&p->key_state)) {
+        char saved[1024];
+        int code, opens = -1;
+        tzr_error_save(saved, sizeof saved, &code);
+        int rc = tzr_reader_key_opens_others(p->r, tensor, &opens);
+        tzr_error_restore(saved, code);
+        atomic_store(&p->key_state, rc == 0 && opens == 0 ? 2 : 1);
+        if (rc == 0 && opens == 0)
+            fail(p, tzr_fail(TZR_ECRYPT, "%s: wrong key or password: no tensor decrypts with it (first tried: %s)",
+                             tzr_reader_source(p->r)->name, saved));
+    }
+    pthread_mutex_unlock(&p->key_lock);
+}
+
+static void key_opened(pipeline *p) {
+    if (p->bad && !atomic_load_explicit(&p->key_state, memory_order_relaxed)) atomic_store(&p->key_state, 1);
+}
+
+/* Report tensor i's failure to the caller (under report_lock). */
+static int report_bad(pipeline *p, size_t i) {
+    pthread_mutex_lock(&p->err_lock);
+    bad_tensor b = p->bads[p->bad[i] - 1];
+    pthread_mutex_unlock(&p->err_lock);
+    int rc = p->opt->on_tensor_error(p->opt->on_tensor_error_ctx, i, tzr_reader_tensor(p->r, i), b.code, b.msg);
+    if (rc) {
+        char what[TZR_NAMEBUF + 256];
+        tzr_fail(rc, "%s: canceled by the caller's callback", tzr_reader_what(p->r, i, what, sizeof what));
+    }
+    return rc;
+}
+
 static int stopped(pipeline *p) {
     if (atomic_load(&p->failed)) return 1;
     if (p->opt->cancel && __atomic_load_n(p->opt->cancel, __ATOMIC_RELAXED)) {
@@ -192,7 +278,13 @@ static int report_ready(pipeline *p) {
         tstate *t = &p->ts[i];
         if (p->want[i] && t->pieces_retired < t->pieces_total) break;
         p->next_report++;
-        if (!p->want[i] || stopped(p)) continue;
+        if (stopped(p)) continue;
+        if (is_bad(p, i)) {
+            int rc = report_bad(p, i);
+            if (rc) return fail_at(p, rc, i);
+            continue;
+        }
+        if (!p->want[i]) continue;
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, i);
         int rc = p->sink->end_tensor ? p->sink->end_tensor(p->sink, i, info) : 0;
         if (!rc && p->opt->on_tensor) {
@@ -231,7 +323,7 @@ static void progress(pipeline *p, uint64_t add) {
  * files. */
 static int deliver(pipeline *p, piece *pc, const uint8_t *bytes, int s) {
     unit *un = &p->units[pc->unit];
-    if (un->direct || un->zdirect || un->scatter) return 0;
+    if (un->direct || un->zdirect || un->scatter || is_bad(p, pc->tensor)) return 0;
     return p->sink->submit(p->sink, s, pc->tensor, pc->toff, bytes, (size_t)pc->len);
 }
 
@@ -288,15 +380,19 @@ static int hash_in_order(pipeline *p, piece *pc) {
     while (pc) {
         int s = (int)(pc->unit % (size_t)p->nslots);
         const uint8_t *bytes = piece_bytes(p, pc);
-        if (!rc && pc->toff == 0) {
+        /* A bad tensor's remaining pieces are only counted. */
+        int skip = is_bad(p, pc->tensor);
+        if (!rc && !skip && pc->toff == 0) {
             rc = tzr_reader_hash_begin(p->r, pc->tensor, &t->hs); /* reads the header if needed */
             t->hs_live = rc == 0;
+            if (rc) rc = tensor_fail(p, rc, pc->tensor), skip = 1;
         }
-        if (!rc) tzr_hasher_update(&t->hs, bytes, (size_t)pc->len);
+        if (!rc && !skip) tzr_hasher_update(&t->hs, bytes, (size_t)pc->len);
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
-        if (!rc && pc->toff + pc->len == info->uncompressed_length) {
+        if (!rc && !skip && pc->toff + pc->len == info->uncompressed_length) {
             t->hs_live = 0;
             rc = tzr_reader_hash_check(p->r, pc->tensor, &t->hs);
+            if (rc) rc = tensor_fail(p, rc, pc->tensor);
         }
         if (!rc) rc = deliver(p, pc, bytes, s);
         if (!rc) progress(p, pc->len);
@@ -327,14 +423,14 @@ static int hash_in_order(pipeline *p, piece *pc) {
 static int decrypt_piece(pipeline *p, piece *pc, uint8_t *bytes) {
     /* The file-level flag is fixed at open; per-tensor flags are written
      * when a header is installed, possibly by another thread right now. */
-    if (!tzr_reader_encrypted(p->r)) return 0;
+    if (!tzr_reader_encrypted(p->r) || is_bad(p, pc->tensor)) return 0;
     const tzr_tensor_header *h;
     int rc = tzr_reader_header(p->r, pc->tensor, &h);
     if (rc) return rc;
     if (!h->crypt.encrypted) return 0;
     uint8_t key[32];
     rc = tzr_reader_tensor_key(p->r, pc->tensor, key);
-    if (rc) return rc;
+    if (rc) return fail_at(p, rc, pc->tensor); /* no key: no tensor's fault */
     const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
     uint64_t first = h->crypt.num_macs > 1 ? pc->toff / h->crypt.chunk_size : 0;
     rc = tzr_crypt_open(&h->crypt, key, info->data_length, first, bytes, (size_t)pc->len);
@@ -343,6 +439,9 @@ static int decrypt_piece(pipeline *p, piece *pc, uint8_t *bytes) {
         char what[TZR_NAMEBUF + 256];
         tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what),
                         (unsigned long long)(info->data_offset + pc->toff));
+        check_key_after(p, pc->tensor);
+    } else {
+        key_opened(p);
     }
     return rc;
 }
@@ -413,11 +512,16 @@ static int expand_unit(pipeline *p, size_t u, uint8_t *buf, tzr_zctx **zp) {
     if (!rc && h && h->crypt.encrypted) {
         uint8_t key[32];
         rc = tzr_reader_tensor_key(p->r, pc->tensor, key);
-        if (!rc) rc = tzr_crypt_open(&h->crypt, key, info->data_length, un->first_chunk, buf, (size_t)un->len);
+        if (rc) return fail_at(p, rc, pc->tensor); /* no key: no tensor's fault */
+        rc = tzr_crypt_open(&h->crypt, key, info->data_length, un->first_chunk, buf, (size_t)un->len);
         memset(key, 0, sizeof key);
-        if (rc && strstr(tzr_last_error(), "tensor '") == NULL)
+        if (rc) {
             tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what),
                             (unsigned long long)un->off);
+            check_key_after(p, pc->tensor);
+        } else {
+            key_opened(p);
+        }
     }
     if (rc) return rc;
     return expand_frames(p, u, pc, ci, un->f0, un->f1, buf + un->skip, (size_t)(un->len - un->skip),
@@ -440,7 +544,7 @@ static int expand_pack(pipeline *p, size_t u, const uint8_t *buf, tzr_zctx **zp)
         if (!rc)
             rc = expand_frames(p, u, pc, ci, 0, ci->nframes, buf + (t->data_offset - un->off), (size_t)t->data_length,
                                t->data_offset, zp);
-        if (rc) fail_at(p, rc, pc->tensor);
+        if (rc) rc = tensor_fail(p, rc, pc->tensor);
     }
     return rc;
 }
@@ -525,13 +629,13 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
         if (rc) return rc;
         buf = p->slots[s].buf; /* pieces' uoff is relative to the slot */
     } else if (un->comp) {
+        size_t tensor = p->pieces[un->first].tensor;
         if (un->hdr_len) {
-            piece *pc = &p->pieces[un->first];
-            rc = tzr_reader_install_header(p->r, pc->tensor, buf, (size_t)un->hdr_len);
-            if (rc) return fail_at(p, rc, pc->tensor);
+            rc = tzr_reader_install_header(p->r, tensor, buf, (size_t)un->hdr_len);
+            if (rc && (rc = tensor_fail(p, rc, tensor))) return rc;
         }
-        rc = expand_unit(p, u, buf, zp);
-        if (rc) return fail_at(p, rc, p->pieces[un->first].tensor);
+        if (!is_bad(p, tensor)) rc = expand_unit(p, u, buf, zp);
+        if (rc && (rc = tensor_fail(p, rc, tensor))) return rc;
         buf = p->slots[s].buf; /* pieces' uoff is relative to the slot */
     }
     uint64_t delivered = 0;
@@ -550,13 +654,16 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
             size_t hlen = (size_t)(info->data_offset - info->header_offset);
             rc = p->keep_headers ? tzr_reader_install_header(p->r, pc->tensor, hdr, hlen)
                                  : tzr_reader_check_header(p->r, pc->tensor, hdr, hlen);
-            if (rc) {
+            if (rc && (rc = tensor_fail(p, rc, pc->tensor))) {
                 free(gap_at);
-                return fail_at(p, rc, pc->tensor);
+                return rc;
             }
         }
         if (!un->comp) rc = decrypt_piece(p, pc, bytes);
-        if (rc) return fail_at(p, rc, pc->tensor);
+        if (rc && (rc = tensor_fail(p, rc, pc->tensor))) {
+            free(gap_at);
+            return rc;
+        }
         if (p->verify) {
             rc = hash_in_order(p, pc);
         } else {
@@ -600,6 +707,11 @@ static void *header_worker(void *arg) {
         size_t i = atomic_fetch_add(&p->next_unit, p->header_batch);
         if (i >= p->n) break;
         int rc = tzr_reader_load_headers(p->r, i, i + p->header_batch, p->hdr_want);
+        /* Going on past bad tensors: find this batch's, one by one. */
+        for (size_t k = i; rc && p->bad && k < i + p->header_batch && k < p->n; k++) {
+            rc = tzr_reader_load_headers(p->r, k, k + 1, p->hdr_want);
+            if (rc) rc = tensor_fail(p, rc, k);
+        }
         if (rc) {
             fail(p, rc);
             break;
@@ -608,15 +720,25 @@ static void *header_worker(void *arg) {
     return NULL;
 }
 
-static int run_threads(pipeline *p, int nthreads, void *(*fn)(void *)) {
+/* Runs fn on nthreads threads; `beside`, when given, runs meanwhile on the
+ * calling thread. */
+static int run_threads(pipeline *p, int nthreads, void *(*fn)(void *), void (*beside)(pipeline *)) {
     pthread_t th[MAX_THREADS];
     int started = 0;
     atomic_store(&p->next_unit, 0);
     for (; started < nthreads; started++)
         if (pthread_create(&th[started], NULL, fn, p) != 0) break;
+    if (beside) beside(p);
     if (started == 0) fn(p);
     for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
     return atomic_load(&p->failed) ? p->err_code : 0;
+}
+
+/* Open leaves the end-of-tensors marker to the first load where reads are
+ * requests: read here, beside the data. */
+static void check_end_marker(pipeline *p) {
+    int rc = tzr_reader_check_end_marker(p->r);
+    if (rc) fail(p, rc);
 }
 
 static int add_piece(pipeline *p, size_t *cap, size_t tensor, uint64_t toff, uint64_t len, uint64_t uoff) {
@@ -989,6 +1111,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     pthread_mutex_init(&p->slot_lock, NULL);
     pthread_cond_init(&p->slot_cond, NULL);
     pthread_mutex_init(&p->err_lock, NULL);
+    pthread_mutex_init(&p->key_lock, NULL);
     pthread_mutex_init(&p->report_lock, NULL);
     pthread_mutex_init(&p->progress_lock, NULL);
     for (int k = 0; k < TENSOR_LOCKS; k++) pthread_mutex_init(&p->tensor_locks[k], NULL);
@@ -1007,7 +1130,10 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     p->ts = tzr_calloc_big(p->n ? p->n : 1, sizeof *p->ts);
     p->want = tzr_calloc_big(p->n ? p->n : 1, 1);
     if (p->verify) p->th = tzr_calloc_big(p->n ? p->n : 1, sizeof *p->th);
-    if (!p->ts || !p->want || (p->verify && !p->th)) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    int go_on = opt->struct_size >= offsetof(tzr_load_options, on_tensor_error_ctx) + sizeof(void *) &&
+                opt->on_tensor_error;
+    if (go_on) p->bad = tzr_calloc_big(p->n ? p->n : 1, sizeof *p->bad);
+    if (!p->ts || !p->want || (p->verify && !p->th) || (go_on && !p->bad)) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     for (size_t i = 0; !rc && i < p->n; i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         p->want[i] = !opt->filter || opt->filter(opt->filter_ctx, i, t);
@@ -1017,6 +1143,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             p->nselected++;
         }
     }
+    p->nrequested = p->nselected;
     /* Phase 1: every selected header (parallel for remote sources). */
     /* Plaintext files need no header to plan: each unit read carries its
      * tensors' headers. Encrypted ones need the crypt chunk sizes first. */
@@ -1046,7 +1173,17 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             some_headers |= p->hdr_want[i];
         }
     }
-    if (!rc && (p->headers_read || some_headers)) rc = run_threads(p, nthreads, header_worker);
+    if (!rc && (p->headers_read || some_headers)) rc = run_threads(p, nthreads, header_worker, NULL);
+    /* Tensors whose header failed are reported, not planned. */
+    for (size_t i = 0; !rc && p->bad && i < p->n; i++)
+        if (p->want[i] && is_bad(p, i)) {
+            const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+            p->want[i] = 0;
+            if (p->hdr_want != p->want) p->hdr_want[i] = 0;
+            p->total_bytes -= t->nbytes;
+            p->stored_bytes -= t->data_length;
+            p->nselected--;
+        }
     p->last_comp = (size_t)-1;
     for (size_t i = p->n; i-- > 0 && !rc;)
         if (p->want[i] && tzr_reader_tensor(r, i)->compression == TZR_COMPRESSION_ZSTD) {
@@ -1094,7 +1231,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         if (!p->want[i]) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (sink->begin_tensor) rc = sink->begin_tensor(sink, i, t);
-        if (!rc && t->data_length == 0) rc = fill_empty(p, i, t);
+        if (!rc && t->data_length == 0 && (rc = fill_empty(p, i, t))) rc = tensor_fail(p, rc, i);
         if (rc) fail_at(p, rc, i);
     }
     for (size_t u = 0; !rc && u < p->nunits; u++) {
@@ -1128,7 +1265,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         pthread_mutex_lock(&p->report_lock);
         report_ready(p); /* tensors with no data */
         pthread_mutex_unlock(&p->report_lock);
-        if (!atomic_load(&p->failed)) run_threads(p, nthreads, worker);
+        if (!atomic_load(&p->failed)) run_threads(p, nthreads, worker, check_end_marker);
     }
     /* Drain: wait every outstanding fence (also after a failure, so no
      * copy still reads a slot we free), retire in unit order. */
@@ -1150,6 +1287,18 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             fail(p, tzr_fail(TZR_EIO, "internal error: %zu of %zu tensors not completed", p->n - p->next_report, p->n));
     }
     rc = atomic_load(&p->failed) ? p->err_code : 0;
+    if (!rc && p->nbads) { /* everything else loaded: the first bad tensor is the result */
+        bad_tensor *first = &p->bads[0];
+        for (size_t k = 1; k < p->nbads; k++)
+            if (p->bads[k].tensor < first->tensor) first = &p->bads[k];
+        rc = tzr_fail(first->code, "%zu of %zu tensors failed their checks; the first: %s", p->nbads, p->nrequested,
+                      first->msg);
+        tzr_error_save(p->err_msg, sizeof p->err_msg, &p->err_code);
+        p->err_tensor = first->tensor;
+    }
+    for (size_t k = 0; k < p->nbads; k++) free(p->bads[k].msg);
+    free(p->bads);
+    free(p->bad);
     if (p->direct_was_set) src->set_direct(src, 0);
     for (int s = 0; p->slots && s < p->nslots; s++) {
         if (!p->slots[s].buf) continue;
@@ -1182,6 +1331,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     pthread_mutex_destroy(&p->slot_lock);
     pthread_cond_destroy(&p->slot_cond);
     pthread_mutex_destroy(&p->err_lock);
+    pthread_mutex_destroy(&p->key_lock);
     pthread_mutex_destroy(&p->report_lock);
     pthread_mutex_destroy(&p->progress_lock);
     for (int k = 0; k < TENSOR_LOCKS; k++) pthread_mutex_destroy(&p->tensor_locks[k]);

@@ -16,6 +16,7 @@
 #define DEFAULT_MAX_INDEX ((uint64_t)1 << 30)
 #define MAX_HEADER_BYTES ((uint64_t)64 << 20)
 #define FIRST_INDEX_READ ((size_t)64 << 10)
+#define PADDING_SEEN ((size_t)4 << 10) /* index bytes past the entries checked, at least */
 
 /* The parsed header lives out of line, in the headers arena: most loads
  * never keep one, and inline it tripled the per-tensor memory the index
@@ -65,6 +66,8 @@ struct tzr_reader {
     dir_entry *dir;         /* frame directory, per tensor; NULL without one */
     uint8_t *dir_bytes;
     tzr_arena headers;      /* header copies, under lock */
+    uint64_t records_end;   /* where the end-of-tensors marker is */
+    int marker_checked;     /* its bytes were read and are zero (atomic) */
 };
 
 static uint64_t hash_bytes(const char *p, size_t n) {
@@ -425,6 +428,54 @@ int tzr_reader_tensor_key(tzr_reader *r, size_t i, uint8_t key[32]) {
     return 0;
 }
 
+/* Bytes of tensor i's first crypt chunk (the whole tensor when it is one
+ * secretbox), or 0 when it carries no encrypted data. */
+static uint64_t first_crypt_chunk(tzr_reader *r, size_t i, const tzr_tensor_header **hp) {
+    const tzr_tensor_info *t = &r->t[i].info;
+    if (!t->data_length || tzr_reader_header(r, i, hp) || !(*hp)->crypt.encrypted) return 0;
+    const tzr_crypt_info *ci = &(*hp)->crypt;
+    return ci->num_macs > 1 && ci->chunk_size < t->data_length ? ci->chunk_size : t->data_length;
+}
+
+int tzr_reader_key_opens_others(tzr_reader *r, size_t failed, int *opens) {
+    enum { TRIES = 3 };
+    size_t pick[TRIES];
+    uint64_t len[TRIES];
+    int n = 0;
+    *opens = -1;
+    /* The smallest first chunks: the fewest bytes to read. Candidates with
+     * unreadable headers are simply not candidates. */
+    for (size_t i = 0; i < r->n; i++) {
+        const tzr_tensor_header *h;
+        uint64_t l = i == failed ? 0 : first_crypt_chunk(r, i, &h);
+        if (!l || (n == TRIES && l >= len[n - 1])) continue;
+        int at = n < TRIES ? n++ : TRIES - 1; /* kept sorted; a full list drops its largest */
+        while (at > 0 && len[at - 1] > l) {
+            pick[at] = pick[at - 1];
+            len[at] = len[at - 1];
+            at--;
+        }
+        pick[at] = i;
+        len[at] = l;
+    }
+    for (int k = 0; k < n; k++) {
+        const tzr_tensor_header *h;
+        if (!first_crypt_chunk(r, pick[k], &h)) continue;
+        const tzr_tensor_info *t = &r->t[pick[k]].info;
+        uint8_t key[32], *buf = malloc((size_t)len[k]);
+        if (!buf) return tzr_fail(TZR_ENOMEM, "out of memory");
+        int rc = r->src->read_at(r->src, buf, (size_t)len[k], t->data_offset);
+        if (!rc) rc = tzr_reader_tensor_key(r, pick[k], key);
+        if (!rc) rc = tzr_crypt_open(&h->crypt, key, t->data_length, 0, buf, (size_t)len[k]);
+        memset(key, 0, sizeof key);
+        free(buf);
+        if (rc && rc != TZR_ECRYPT) return rc;
+        *opens = rc == 0;
+        if (!rc) return 0;
+    }
+    return 0;
+}
+
 int tzr_reader_hash_begin(tzr_reader *r, size_t i, tzr_hasher *hs) {
     const tzr_tensor_header *h;
     int rc = tzr_reader_header(r, i, &h);
@@ -493,7 +544,7 @@ static size_t index_needed(const uint8_t *index, size_t have, uint64_t n, int co
  * after the entries (which end at `end`) in index[0, have): every tensor's
  * compression block, checked as a header's would be; a header read later
  * must carry the same bytes. */
-static int parse_dir(tzr_reader *r, const uint8_t *index, size_t have, size_t end) {
+static int parse_dir(tzr_reader *r, const uint8_t *index, size_t have, size_t end, size_t *dir_end) {
     if (have - end < TZR_DIR_PREFIX || memcmp(index + end, TZR_DIR_MAGIC, 8) != 0) return 0;
     uint64_t at = TZR_PROLOGUE_LEN + end; /* file offset, for messages */
     uint64_t d = tzr_ld64(index + end + 8);
@@ -524,10 +575,12 @@ static int parse_dir(tzr_reader *r, const uint8_t *index, size_t have, size_t en
     if (pos != d)
         return tzr_fail(TZR_EFORMAT, "%s: frame directory at offset %llu: %llu bytes after the last tensor's block",
                         r->src->name, (unsigned long long)at, (unsigned long long)(d - pos));
+    *dir_end = end + TZR_DIR_PREFIX + (size_t)d;
     return 0;
 }
 
-static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len, size_t *end) {
+static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len, size_t *end, uint64_t *records_end,
+                       uint64_t *data_bytes) {
     uint64_t n = r->fh.tensor_count;
     r->n = (size_t)n;
     r->t = tzr_calloc_big(n ? n : 1, sizeof *r->t);
@@ -538,6 +591,7 @@ static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len, size_t
     if (!r->t || !r->dims || !r->buckets) return tzr_fail(TZR_ENOMEM, "out of memory for %llu tensors", (unsigned long long)n);
     tzr_cursor c = tzr_cursor_make(index, (size_t)len);
     uint64_t data_start = TZR_PROLOGUE_LEN + r->fh.metadata_len, prev_end = 0;
+    uint64_t data_sum = 0;
     size_t dims_used = 0;
     dtype_memo memo = {0};
     r->strings.block_size = (size_t)len + 64; /* names and dtypes fit in the index */
@@ -549,9 +603,85 @@ static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len, size_t
                             r->src->name, i, (unsigned long long)(TZR_PROLOGUE_LEN + at), (unsigned long long)len);
         int rc = load_entry(r, i, &e, TZR_PROLOGUE_LEN + at, data_start, &prev_end, &dims_used, &memo);
         if (rc) return rc;
+        if (!tzr_add_ok(data_sum, e.data_length, &data_sum)) data_sum = UINT64_MAX;
     }
     *end = c.pos;
+    *records_end = n ? prev_end : data_start;
+    *data_bytes = data_sum;
     return 0;
+}
+
+/* The prologue's total (offset 41; tensorizer writes it with the count)
+ * must be what the entries hold. */
+static int check_data_total(const tzr_reader *r, uint64_t data_bytes) {
+    if (data_bytes == r->fh.tensor_size) return 0;
+    return tzr_fail(TZR_EFORMAT,
+                    "%s: offset 41: the prologue's total data size says %llu bytes but the %llu index entries "
+                    "hold %llu: the tensor count (offset 57) or the index is wrong",
+                    r->src->name, (unsigned long long)r->fh.tensor_size, (unsigned long long)r->n,
+                    (unsigned long long)data_bytes);
+}
+
+/* After the counted entries (and a frame directory) the index region is
+ * zero padding. Anything else means the count at offset 57 is lower than
+ * the entries written: a damaged prologue or a write that never finished
+ * (tensorizer stores the count only when it rewrites the header). */
+static int check_index_padding(const tzr_reader *r, const uint8_t *index, size_t have, size_t end) {
+    for (size_t k = end; k < have; k++)
+        if (index[k])
+            return tzr_fail(TZR_EFORMAT,
+                            "%s: offset %llu: the index holds more entries than the %llu the prologue counts "
+                            "(offset 57): a damaged prologue or an unfinished write",
+                            r->src->name, (unsigned long long)(TZR_PROLOGUE_LEN + k),
+                            (unsigned long long)r->fh.tensor_count);
+    return 0;
+}
+
+/* The marker's 8 bytes must be zero. */
+static int check_marker_bytes(tzr_reader *r, const uint8_t m[8]) {
+    if (tzr_ld64(m) == 0) return 0;
+    return tzr_fail(TZR_EFORMAT,
+                    "%s: offset %llu: the end-of-tensors marker is not zero: more records follow than the "
+                    "index lists (tensor count at offset 57)",
+                    r->src->name, (unsigned long long)r->records_end);
+}
+
+int tzr_reader_check_end_marker(tzr_reader *r) {
+    if (__atomic_load_n(&r->marker_checked, __ATOMIC_ACQUIRE)) return 0;
+    uint8_t m[8];
+    int rc = r->src->read_at(r->src, m, sizeof m, r->records_end);
+    if (rc)
+        return tzr_fail_prefix(rc, "%s: reading the end-of-tensors marker at offset %llu: ", r->src->name,
+                               (unsigned long long)r->records_end);
+    rc = check_marker_bytes(r, m);
+    if (!rc) __atomic_store_n(&r->marker_checked, 1, __ATOMIC_RELEASE);
+    return rc;
+}
+
+/* The records account for every byte: the last one ends 8 bytes before the
+ * end of the file, and those 8 bytes are the zero end-of-tensors marker.
+ * `head` holds the file's first `head_len` bytes (read at open). Where
+ * each read is a request, a marker outside them is read by the first load,
+ * beside its data, rather than by one more round trip at open. */
+static int check_end_marker(tzr_reader *r, uint64_t records_end, const uint8_t *head, size_t head_len) {
+    tzr_source *src = r->src;
+    r->records_end = records_end;
+    unsigned long long e = (unsigned long long)records_end, size = (unsigned long long)src->size;
+    if (src->size < records_end + 8)
+        return tzr_fail(TZR_ETRUNC,
+                        "%s: offset %llu: the file ends %llu bytes after the last record, before the 8-byte "
+                        "end-of-tensors marker: truncated",
+                        src->name, e, size - e);
+    if (src->size > records_end + 8)
+        return tzr_fail(TZR_EFORMAT,
+                        "%s: offset %llu: %llu bytes follow the end-of-tensors marker: the tensor count (offset 57) "
+                        "or the index is wrong, or the file has trailing data",
+                        src->name, e + 8, size - e - 8);
+    if (records_end + 8 <= head_len) {
+        r->marker_checked = 1;
+        return check_marker_bytes(r, head + records_end);
+    }
+    return src->pack_reads ? 0 : tzr_reader_check_end_marker(r);
 }
 
 int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_options *opt) {
@@ -613,18 +743,24 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
         size_t need = index_needed(index, have, r->fh.tensor_count, r->comp_info, r->fh.metadata_len);
         uint8_t *full = NULL;
         if (need == 0 || need > have) { /* the rest, in one more read: what is needed, when known */
-            size_t want = need ? need : (size_t)r->fh.metadata_len;
+            /* and a little more, so the padding check sees where a next entry would be */
+            size_t want = need && r->fh.metadata_len - need > PADDING_SEEN ? need + PADDING_SEEN
+                                                                             : (size_t)r->fh.metadata_len;
             full = tzr_alloc_big(want);
             if (!full) rc = tzr_fail(TZR_ENOMEM, "out of memory for a %zu-byte index", want);
             if (!rc) memcpy(full, index, have);
             if (!rc && want > have) rc = src->read_at(src, full + have, want - have, TZR_PROLOGUE_LEN + have);
             index = full;
             have = want;
-            need = want;
+            if (!need) need = want;
         }
         size_t end = 0;
-        if (!rc) rc = parse_index(r, index, need, &end);
-        if (!rc && r->comp_info) rc = parse_dir(r, index, have, end);
+        uint64_t records_end = 0, data_bytes = 0;
+        if (!rc) rc = parse_index(r, index, have, &end, &records_end, &data_bytes);
+        if (!rc && r->comp_info) rc = parse_dir(r, index, have, end, &end);
+        if (!rc) rc = check_index_padding(r, index, have, end);
+        if (!rc) rc = check_data_total(r, data_bytes);
+        if (!rc) rc = check_end_marker(r, records_end, head, first);
         free(full);
     }
     free(head);

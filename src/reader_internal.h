@@ -28,6 +28,14 @@ TZR_HIDDEN int tzr_reader_has_dir(const tzr_reader *r);
 TZR_HIDDEN int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigned char *want);
 /* The 32-byte key for an encrypted tensor (derived and cached). */
 TZR_HIDDEN int tzr_reader_tensor_key(tzr_reader *r, size_t i, uint8_t key[32]);
+/* After tensor `failed` did not decrypt: whether the key opens others.
+ * *opens = 1 when one of the (up to 3) smallest other encrypted tensors
+ * decrypts, 0 when none does, -1 when there is no other to try. Reads
+ * the first crypt chunk of each. */
+/* Reads and checks the end-of-tensors marker unless done (open does it
+ * except where reads are requests). Thread-safe. */
+TZR_HIDDEN int tzr_reader_check_end_marker(tzr_reader *r);
+TZR_HIDDEN int tzr_reader_key_opens_others(tzr_reader *r, size_t failed, int *opens);
 /* Start a hash of tensor i: feeds the hashable header. */
 TZR_HIDDEN int tzr_reader_hash_begin(tzr_reader *r, size_t i, tzr_hasher *hs);
 /* Finish and compare with the stored hashes (frees hs). */

@@ -123,9 +123,12 @@ $DT "$T/enc.tensors" --verify > /dev/null 2> "$T/nokey.err"
 check enc_no_key_fails test $? = 1
 check enc_no_key_message grep -q "key or password is needed" "$T/nokey.err"
 head -c 32 /dev/urandom > "$T/key2"
-$DT "$T/enc.tensors" --verify --key-file "$T/key2" > "$T/wrong.out" 2>/dev/null
+$DT "$T/enc.tensors" --verify --key-file "$T/key2" > "$T/wrong.out" 2> "$T/wrong.err"
 check enc_wrong_key_fails test $? = 1
-check enc_wrong_key_reports grep -q "decryption failed" "$T/wrong.out"
+# one early line naming the key, not a BAD line per tensor
+check enc_wrong_key_reports grep -q "wrong key or password" "$T/wrong.err"
+check enc_wrong_key_one_line test "$(wc -l < "$T/wrong.err")" = 1
+check enc_wrong_key_no_bad_lines test "$(grep -c '^BAD ' "$T/wrong.out")" = 0
 $DT "$T/enc.tensors" --key-file "$T/key" -q -o "$T/dec.safetensors"
 check enc_export_decrypts python3 - "$T/a.safetensors" "$T/dec.safetensors" <<'PY'
 import sys

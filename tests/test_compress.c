@@ -603,7 +603,7 @@ static tzr_reader *open_counting(const char *path, counting **out) {
 }
 
 /* The writer puts every compression block in the index reservation; a
- * reader then knows the frame tables at open (one read), and the pipeline
+ * reader then knows the frame tables at open (one index read), and the pipeline
  * never reads a zstd tensor's header on its own: its first unit carries it.
  * Without the directory every header is read first. Both load the same
  * bytes. */
@@ -620,7 +620,9 @@ static void frame_directory(void) {
             counting *c;
             tzr_reader *r = open_counting(paths[k], &c);
             if (!r) continue;
-            CHECK(atomic_load(&c->reads) == 1);
+            /* one read for prologue and index (with its frame directory),
+             * one of the 8-byte end marker */
+            CHECK(atomic_load(&c->reads) == 2);
             /* With the directory, frame counts are known before any header. */
             CHECK(k == 1 || (tzr_reader_tensor(r, 0)->compression == TZR_COMPRESSION_ZSTD &&
                              tzr_reader_tensor(r, 0)->frames > 1));

@@ -218,6 +218,14 @@ static void mut_sha_only(unsigned char *b, size_t *len) {
     st(b + H0 + 43, 4, crc);
 }
 
+/* Three zero bytes after the end marker (make_input leaves room). */
+static void mut_append_zeros(unsigned char *b, size_t *len) {
+    memset(b + *len, 0, 3);
+    *len += 3;
+}
+/* Entries 3..5 (index bytes 208..330) become padding. */
+static void mut_wipe_entries_3_5(unsigned char *b, size_t *len) { memset(b + 208, 0, 331 - 208); }
+
 /* Make entry 5 ('flags') carry entry 3's name 'empty' (same length). */
 static void mut_dup(unsigned char *b, size_t *len) { memcpy(b + 292, "empty", 5); }
 
@@ -392,8 +400,32 @@ static const kase cases[] = {
      {"tensor 'layer.weight'", "offset 262306", "sha256"}},
     {"last_tensor_data_flip", B_PLAIN, {P(262737, -1, 1)}, NOTRUNC, NULL, K_NONE, 0, 5, 0, TZR_EHASH,
      {"tensor 'flags'", "offset 262736"}},
-    /* end marker is not needed to read every tensor */
-    {"end_marker_missing", B_PLAIN, {{0}}, 262739, NULL, K_NONE, 0, 5, 0, 0, {NULL}},
+    /* ---- the records account for the file (last record 'flags' ends at
+     * 262739; the end marker is 262739..262746; data lengths 24+8+3+0+4+3 =
+     * 42 at offset 41; entry 3 'empty' at 208, its record at 262498) */
+    {"end_marker_missing", B_PLAIN, {{0}}, 262739, NULL, K_NONE, TZR_ETRUNC, 0, 0, 0,
+     {"offset 262739", "end-of-tensors marker", "truncated"}},
+    {"end_marker_half", B_PLAIN, {{0}}, 262743, NULL, K_NONE, TZR_ETRUNC, 0, 0, 0, {"offset 262739", "4 bytes"}},
+    {"end_marker_not_zero", B_PLAIN, {P(262740, 1, 1)}, NOTRUNC, NULL, K_NONE, TZR_EFORMAT, 0, 0, 0,
+     {"offset 262739", "not zero"}},
+    {"bytes_after_end_marker", B_PLAIN, {{0}}, NOTRUNC, mut_append_zeros, K_NONE, TZR_EFORMAT, 0, 0, 0,
+     {"offset 262747", "3 bytes follow"}},
+    {"total_data_size_wrong", B_PLAIN, {P(41, 8, 43)}, NOTRUNC, NULL, K_NONE, TZR_EFORMAT, 0, 0, 0,
+     {"offset 41", "says 43", "hold 42"}},
+    /* count 0 in a file with 6 records: not an empty checkpoint */
+    {"tensor_count_0", B_PLAIN, {P(57, 8, 0), P(41, 8, 0)}, NOTRUNC, NULL, K_NONE, TZR_EFORMAT, 0, 0, 0,
+     {"offset 73", "more entries than the 0"}},
+    /* count lowered to 3 (total 35) and the file cut after record 2 plus a
+     * forged end marker: entry 3 still stands in the index */
+    {"tensor_count_lowered_and_cut", B_PLAIN, {P(57, 8, 3), P(41, 8, 35), P(262498, 8, 0)}, 262506, NULL, K_NONE,
+     TZR_EFORMAT, 0, 0, 0, {"offset 208", "more entries than the 3"}},
+    /* the same with entries 3-5 wiped from the index: what an interrupted
+     * write leaves once only its count and total are trusted; the next
+     * record's header size stands where the end marker should */
+    {"unfinished_write", B_PLAIN, {P(57, 8, 3), P(41, 8, 35)}, 262506, mut_wipe_entries_3_5, K_NONE,
+     TZR_EFORMAT, 0, 0, 0, {"offset 262498", "not zero"}},
+    {"unfinished_write_cut", B_PLAIN, {P(57, 8, 3), P(41, 8, 35)}, 262498 + 40, mut_wipe_entries_3_5, K_NONE,
+     TZR_EFORMAT, 0, 0, 0, {"offset 262506", "32 bytes follow"}},
     /* ---- encryption (our writer, key 00..1f) */
     {"enc_ok", B_WENC, {{0}}, NOTRUNC, NULL, K_KEY, 0, 0, 0, 0, {NULL}},
     {"enc_missing_key", B_WENC, {{0}}, NOTRUNC, NULL, K_NONE, 0, 0, TZR_ECRYPT, TZR_ECRYPT, {"tensor 'w'", "offset 733", "key"}},
@@ -467,7 +499,7 @@ static const kase cases[] = {
 
 static unsigned char *make_input(const kase *k, size_t *len) {
     size_t n = base_len[k->base];
-    unsigned char *b = malloc(n ? n : 1);
+    unsigned char *b = calloc(1, n + 16); /* mutators may append up to 16 bytes */
     memcpy(b, base[k->base], n);
     for (int i = 0; i < 4 && k->p[i].w; i++) {
         const patch *p = &k->p[i];
@@ -619,6 +651,38 @@ static void multi_roundtrip(void) {
     tzr_reader_free(r);
 }
 
+/* A checkpoint with genuinely no tensors stays readable: built by hand
+ * (spec §8: prologue with count 0, a zeroed 256 KiB index, the end marker)
+ * and by our writer. */
+static void genuinely_empty_files(void) {
+    size_t n = 73 + 262144 + 8;
+    unsigned char *b = calloc(1, n);
+    memcpy(b, "|TZR|", 5);
+    st(b + 5, 4, 1);
+    st(b + 65, 8, 262144);
+    tzr_source *src;
+    tzr_reader *r = NULL;
+    CHECK_OK(tzr_source_open_memory(&src, b, n, "empty-by-hand"));
+    CHECK_OK(tzr_reader_open_source(&r, src, NULL));
+    CHECK(r && tzr_reader_count(r) == 0);
+    tzr_reader_free(r);
+    /* the same bytes one short: the end marker is cut */
+    r = NULL;
+    CHECK_OK(tzr_source_open_memory(&src, b, n - 1, "empty-cut"));
+    CHECK_RC(tzr_reader_open_source(&r, src, NULL), TZR_ETRUNC);
+    CHECK(strstr(tzr_last_error(), "offset 262217") != NULL);
+    free(b);
+    char path[512];
+    snprintf(path, sizeof path, "%s/empty-written.tensors", check_tmpdir());
+    tzr_writer *w;
+    CHECK_OK(tzr_writer_open(&w, path, NULL));
+    CHECK_OK(tzr_writer_close(w));
+    r = NULL;
+    CHECK_OK(tzr_reader_open(&r, path, NULL));
+    CHECK(r && tzr_reader_count(r) == 0);
+    tzr_reader_free(r);
+}
+
 int main(void) {
     /* Outside sanitizers, cap the address space so an absurd allocation
      * fails the test instead of quietly succeeding. */
@@ -650,6 +714,7 @@ int main(void) {
             return 1;
         }
     RUN(offsets_sane);
+    RUN(genuinely_empty_files);
     RUN(multi_roundtrip);
     char name[128];
     for (size_t i = 0; i < NCASES; i++) {

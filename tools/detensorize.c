@@ -242,15 +242,16 @@ static int list_json(const opts *o, tzr_reader *r, char (*hex)[65]) {
     return EXIT_OK;
 }
 
-/* ---- --verify: report every bad tensor, keep going past each ---------- */
+/* ---- --verify: report every bad tensor in one pass over the file ----- */
 typedef struct verify_state {
     const opts *o;
     unsigned char *done; /* 1 verified, 2 bad */
+    size_t bad;
 } verify_state;
 
 static int verify_filter(void *ctx, size_t i, const tzr_tensor_info *t) {
-    verify_state *v = ctx;
-    return !v->done[i] && selected(v->o, t);
+    (void)i;
+    return selected(((verify_state *)ctx)->o, t);
 }
 
 static int verify_done(void *ctx, size_t i, const tzr_tensor_info *t) {
@@ -259,9 +260,18 @@ static int verify_done(void *ctx, size_t i, const tzr_tensor_info *t) {
     return 0;
 }
 
+static int verify_bad(void *ctx, size_t i, const tzr_tensor_info *t, int code, const char *message) {
+    verify_state *v = ctx;
+    (void)code;
+    printf("BAD %s: %s\n", shown_name(t), message);
+    v->done[i] = 2;
+    v->bad++;
+    return 0;
+}
+
 static int do_verify(const opts *o, tzr_reader *r) {
-    size_t n = tzr_reader_count(r), bad = 0, checked = 0;
-    verify_state v = {o, calloc(n + 1, 1)};
+    size_t n = tzr_reader_count(r), checked = 0;
+    verify_state v = {o, calloc(n + 1, 1), 0};
     tzr_sink *null;
     int rc = tzr_sink_null_new(&null);
     if (rc) return cli_lib_error(rc);
@@ -271,33 +281,28 @@ static int do_verify(const opts *o, tzr_reader *r) {
         if (selected(o, tzr_reader_tensor(r, i))) total += tzr_reader_tensor(r, i)->uncompressed_length;
     cli_progress_begin(&pr, "verify", total);
     double t0 = cli_now();
-    for (;;) {
-        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
-        load_options(o, &lo, &pr);
-        lo.verify = 1;
-        lo.filter = verify_filter;
-        lo.filter_ctx = &v;
-        lo.on_tensor = verify_done;
-        lo.on_tensor_ctx = &v;
-        tzr_load_stats st;
-        rc = tzr_load(r, null, &lo, &st);
-        if (rc == 0) break;
-        /* Data errors tied to one tensor: report it and go on. */
-        if ((rc == TZR_EHASH || rc == TZR_ECRYPT || rc == TZR_EFORMAT) && st.error_tensor < n &&
-            !(rc == TZR_ECRYPT && strstr(tzr_last_error(), "key or password"))) {
-            cli_progress_end(&pr);
-            printf("BAD %s: %s\n", shown_name(tzr_reader_tensor(r, st.error_tensor)), tzr_last_error());
-            v.done[st.error_tensor] = 2;
-            bad++;
-            continue;
-        }
+    tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+    load_options(o, &lo, &pr);
+    lo.verify = 1;
+    lo.filter = verify_filter;
+    lo.filter_ctx = &v;
+    lo.on_tensor = verify_done;
+    lo.on_tensor_ctx = &v;
+    lo.on_tensor_error = verify_bad;
+    lo.on_tensor_error_ctx = &v;
+    rc = tzr_load(r, null, &lo, NULL);
+    size_t bad = v.bad, wanted = 0;
+    for (size_t i = 0; i < n; i++) {
+        checked += v.done[i] != 0;
+        wanted += selected(o, tzr_reader_tensor(r, i));
+    }
+    if (rc && checked < wanted) { /* not only tensors' failures (I/O, wrong key, ...): stop with it */
         cli_progress_end(&pr);
         free(v.done);
         tzr_sink_free(null);
         return cli_lib_error(rc);
     }
     cli_progress_end(&pr);
-    for (size_t i = 0; i < n; i++) checked += v.done[i] != 0;
     double secs = cli_now() - t0;
     char sz[32];
     fprintf(stderr, "%s: %zu tensors checked, %zu bad, %s in %.2f s (%.2f GB/s)\n", o->file, checked, bad,
