@@ -89,6 +89,17 @@ typedef int (*tzr_tensor_done_fn)(void *ctx, size_t index, const tzr_tensor_info
  * checks (TZR_EHASH, TZR_ECRYPT, TZR_EFORMAT), with the code and the
  * message (naming the tensor and byte offset); return 0 to go on. */
 typedef int (*tzr_tensor_error_fn)(void *ctx, size_t index, const tzr_tensor_info *t, int code, const char *message);
+/* Part of a tensor's bytes: outer_count groups, outer_stride apart, of
+ * count runs of `run` bytes, stride apart, the first at offset. Runs are
+ * in ascending order and do not overlap (stride >= run, outer_stride >=
+ * (count - 1) * stride + run). One range: count = outer_count = 1. A
+ * slice of a row-major array along any dimension is one such selection. */
+typedef struct tzr_byte_selection {
+    uint64_t offset, run, stride, count, outer_stride, outer_count;
+} tzr_byte_selection;
+/* Fill *sel and return 1 to load only those bytes of tensor `index`;
+ * return 0 for all of them. */
+typedef int (*tzr_select_fn)(void *ctx, size_t index, const tzr_tensor_info *t, tzr_byte_selection *sel);
 /* Progress: bytes of tensor data done so far and the total. */
 typedef void (*tzr_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
@@ -116,10 +127,18 @@ typedef struct tzr_load_options {
      * first failure stops the load. */
     tzr_tensor_error_fn on_tensor_error;
     void *on_tensor_error_ctx;
+    /* Set: only the selected bytes of a tensor reach the sink (offsets
+     * stay the tensor's; begin/end_tensor as usual; stats and progress
+     * count the selected bytes). Plaintext that is not verified is read
+     * run by run (runs less than 64 KiB apart in one read); encrypted
+     * data in whole crypt chunks; compressed or verified tensors whole,
+     * since frames and hashes cover them whole. */
+    tzr_select_fn select;
+    void *select_ctx;
 } tzr_load_options;
 
 #define TZR_LOAD_OPTIONS_INIT \
-    { sizeof(tzr_load_options), 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    { sizeof(tzr_load_options), 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* What a load did (for tools and benchmarks). */
 typedef struct tzr_load_stats {

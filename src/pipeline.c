@@ -152,6 +152,9 @@ typedef struct pipeline {
     size_t nbads, bads_cap;
     atomic_int key_state;
     pthread_mutex_t key_lock;
+    /* Loads with a byte selection: sel[i] for tensors where has_sel[i]. */
+    tzr_byte_selection *sel;
+    unsigned char *has_sel;
     pthread_mutex_t report_lock;
     size_t next_report;
     atomic_uint_fast64_t bytes_done, bytes_read, reads;
@@ -192,6 +195,67 @@ static int fail_at(pipeline *p, int rc, size_t tensor) {
 }
 
 static int fail(pipeline *p, int rc) { return fail_at(p, rc, (size_t)-1); }
+
+/* ---- byte selections (tzr_load_options.select) ---------------------- */
+static const tzr_byte_selection *selection(const pipeline *p, size_t i) {
+    return p->has_sel && p->has_sel[i] ? &p->sel[i] : NULL;
+}
+
+static uint64_t sel_runs(const tzr_byte_selection *s) { return s->count * s->outer_count; }
+
+static uint64_t sel_run_at(const tzr_byte_selection *s, uint64_t r) {
+    return s->offset + r / s->count * s->outer_stride + r % s->count * s->stride;
+}
+
+/* The first run that ends after byte `off`. */
+static uint64_t sel_first_after(const tzr_byte_selection *s, uint64_t off) {
+    if (off < s->offset) return 0;
+    uint64_t o = (off - s->offset) / s->outer_stride, rem = off - s->offset - o * s->outer_stride;
+    if (o >= s->outer_count) return sel_runs(s);
+    uint64_t j = rem / s->stride;
+    if (j < s->count && rem - j * s->stride >= s->run) j++;
+    if (j >= s->count) return (o + 1) * s->count;
+    return o * s->count + j;
+}
+
+/* Selected bytes within [off, off + len). */
+static uint64_t sel_overlap(const tzr_byte_selection *s, uint64_t off, uint64_t len) {
+    uint64_t n = 0, end = off + len;
+    for (uint64_t r = sel_first_after(s, off); r < sel_runs(s); r++) {
+        uint64_t a = sel_run_at(s, r), b = a + s->run;
+        if (a >= end) break;
+        n += (b < end ? b : end) - (a > off ? a : off);
+    }
+    return n;
+}
+
+/* [off, off + len) lies inside one run (or the tensor has no selection). */
+static int sel_holds(const pipeline *p, size_t i, uint64_t off, uint64_t len) {
+    const tzr_byte_selection *s = selection(p, i);
+    if (!s) return 1;
+    uint64_t r = sel_first_after(s, off);
+    return r < sel_runs(s) && sel_run_at(s, r) <= off && off + len <= sel_run_at(s, r) + s->run;
+}
+
+/* The bytes of a piece that reach the sink. */
+static uint64_t piece_delivers(const pipeline *p, const piece *pc) {
+    const tzr_byte_selection *s = selection(p, pc->tensor);
+    return s ? sel_overlap(s, pc->toff, pc->len) : pc->len;
+}
+
+static int sel_check(const tzr_byte_selection *s, const tzr_tensor_info *t, const char *what) {
+    uint64_t last;
+    int ok = s->run > 0 && s->count > 0 && s->outer_count > 0 && (s->count == 1 || s->stride >= s->run);
+    uint64_t group = ok ? (s->count - 1) * s->stride + s->run : 0;
+    ok = ok && (s->count == 1 || (s->count - 1) <= UINT64_MAX / s->stride) &&
+         (s->outer_count == 1 || s->outer_stride >= group) &&
+         tzr_mul_ok(s->outer_count - 1, s->outer_count == 1 ? 0 : s->outer_stride, &last) &&
+         tzr_add_ok(last, group, &last) && tzr_add_ok(last, s->offset, &last) && last <= t->nbytes;
+    if (ok) return 0;
+    return tzr_fail(TZR_EINVAL, "%s: byte selection (offset %llu, %llu x %llu runs of %llu bytes) is not inside its %llu "
+                    "bytes or overlaps itself", what, (unsigned long long)s->offset, (unsigned long long)s->outer_count,
+                    (unsigned long long)s->count, (unsigned long long)s->run, (unsigned long long)t->nbytes);
+}
 
 static int is_bad(pipeline *p, size_t tensor) {
     return p->bad && __atomic_load_n(&p->bad[tensor], __ATOMIC_ACQUIRE) != 0;
@@ -324,7 +388,18 @@ static void progress(pipeline *p, uint64_t add) {
 static int deliver(pipeline *p, piece *pc, const uint8_t *bytes, int s) {
     unit *un = &p->units[pc->unit];
     if (un->direct || un->zdirect || un->scatter || is_bad(p, pc->tensor)) return 0;
-    return p->sink->submit(p->sink, s, pc->tensor, pc->toff, bytes, (size_t)pc->len);
+    const tzr_byte_selection *sel = selection(p, pc->tensor);
+    if (!sel) return p->sink->submit(p->sink, s, pc->tensor, pc->toff, bytes, (size_t)pc->len);
+    uint64_t end = pc->toff + pc->len;
+    int rc = 0;
+    for (uint64_t r = sel_first_after(sel, pc->toff); r < sel_runs(sel) && !rc; r++) {
+        uint64_t a = sel_run_at(sel, r), b = a + sel->run;
+        if (a >= end) break;
+        if (a < pc->toff) a = pc->toff;
+        if (b > end) b = end;
+        rc = p->sink->submit(p->sink, s, pc->tensor, a, bytes + (a - pc->toff), (size_t)(b - a));
+    }
+    return rc;
 }
 
 static int unit_piece_done(pipeline *p, size_t u, int s) {
@@ -395,7 +470,7 @@ static int hash_in_order(pipeline *p, piece *pc) {
             if (rc) rc = tensor_fail(p, rc, pc->tensor);
         }
         if (!rc) rc = deliver(p, pc, bytes, s);
-        if (!rc) progress(p, pc->len);
+        if (!rc) progress(p, piece_delivers(p, pc));
         if (!rc) rc = unit_piece_done(p, pc->unit, s);
         if (rc) {
             fail_at(p, rc, pc->tensor);
@@ -668,7 +743,7 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
             rc = hash_in_order(p, pc);
         } else {
             rc = deliver(p, pc, bytes, s);
-            delivered += pc->len;
+            delivered += piece_delivers(p, pc);
             if (!rc && k + 1 == un->count) progress(p, delivered);
             if (!rc) rc = unit_piece_done(p, pc->unit, s);
         }
@@ -790,6 +865,58 @@ static int crypt_granule(pipeline *p, size_t i, uint64_t *cs) {
     int rc = tzr_reader_header(p->r, i, &h);
     if (!rc) *cs = h->crypt.num_macs > 1 ? h->crypt.chunk_size : t->data_length;
     return rc;
+}
+
+/* Units for the selected bytes of tensor i (plaintext or encrypted, not
+ * verified): each run widened to whole crypt chunks, runs less than
+ * MAX_GAP apart read together, at most `step` bytes a unit. A piece covers
+ * its unit; delivery keeps only the selection. */
+static int emit_span(pipeline *p, size_t i, uint64_t lo, uint64_t hi, uint64_t step, size_t *pcap, size_t *ucap) {
+    const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
+    int rc = 0;
+    for (uint64_t off = lo; off < hi && !rc; off += step) {
+        uint64_t len = hi - off < step ? hi - off : step;
+        size_t first = p->npieces;
+        rc = add_piece(p, pcap, i, off, len, 0);
+        if (!rc) rc = add_unit(p, ucap, t->data_offset + off, len, first);
+        p->ts[i].pieces_total++;
+    }
+    return rc;
+}
+
+static int plan_selected(pipeline *p, size_t i, size_t chunk, size_t *pcap, size_t *ucap) {
+    const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
+    const tzr_byte_selection *sel = selection(p, i);
+    uint64_t cs, step = chunk;
+    int rc = crypt_granule(p, i, &cs);
+    if (cs) step = cs >= chunk ? cs : chunk - chunk % cs;
+    uint64_t lo = 0, hi = 0;
+    int open = 0;
+    for (uint64_t r = 0; r < sel_runs(sel) && !rc; r++) {
+        uint64_t a = sel_run_at(sel, r), b = a + sel->run;
+        if (cs) {
+            a = a / cs * cs;
+            b = b % cs ? b - b % cs + cs : b;
+            if (b > t->data_length) b = t->data_length;
+        }
+        if (open && a < hi) a = hi; /* a crypt chunk already read */
+        if (a >= b) continue;
+        if (open && a - hi <= MAX_GAP && b - lo <= step) {
+            hi = b;
+            continue;
+        }
+        if (open) rc = emit_span(p, i, lo, hi, step, pcap, ucap);
+        lo = a;
+        hi = b;
+        open = 1;
+    }
+    if (!rc && open) rc = emit_span(p, i, lo, hi, step, pcap, ucap);
+    return rc;
+}
+
+/* Read only the selection: plaintext or encrypted tensors not verified. */
+static int plans_selected(const pipeline *p, const tzr_tensor_info *t, size_t i) {
+    return selection(p, i) && !p->verify && t->compression != TZR_COMPRESSION_ZSTD;
 }
 
 /* Units of whole frames for a zstd tensor (see the top comment). */
@@ -920,6 +1047,12 @@ static int plan_packed(pipeline *p, size_t chunk, size_t ring, size_t *pcap, siz
             continue;
         }
         if ((rc = close_pack(p, ucap, &zopen, zoff, zend, zfirst, zulen))) break;
+        if (plans_selected(p, t, i)) {
+            if (open && (rc = add_unit(p, ucap, uoff, uend - uoff, ufirst))) break;
+            open = 0;
+            rc = plan_selected(p, i, chunk, pcap, ucap);
+            continue;
+        }
         uint64_t cs; /* pieces hold whole crypt chunks (or the whole box) */
         if ((rc = crypt_granule(p, i, &cs))) break;
         uint64_t toff = 0;
@@ -983,10 +1116,11 @@ static int plan(pipeline *p, size_t chunk, size_t ring) {
         if (!p->want[i]) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
         if (t->data_length == 0) continue;
-        if (t->compression == TZR_COMPRESSION_ZSTD) {
+        if (t->compression == TZR_COMPRESSION_ZSTD || plans_selected(p, t, i)) {
             if (open_unit && (rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst))) break;
             open_unit = 0;
-            rc = plan_compressed(p, i, chunk, ring, &pcap, &ucap);
+            rc = t->compression == TZR_COMPRESSION_ZSTD ? plan_compressed(p, i, chunk, ring, &pcap, &ucap)
+                                                        : plan_selected(p, i, chunk, &pcap, &ucap);
             continue;
         }
         uint64_t step = chunk, cs;
@@ -1073,11 +1207,17 @@ static int fill_empty(pipeline *p, size_t i, const tzr_tensor_info *t) {
         if (!rc) rc = tzr_reader_hash_check(p->r, i, &hs);
         if (rc) return rc;
     }
-    for (uint64_t off = 0; off < t->nbytes && !rc; off += sizeof zeros) {
-        size_t len = t->nbytes - off < sizeof zeros ? (size_t)(t->nbytes - off) : sizeof zeros;
-        void *dst = p->sink->direct ? p->sink->direct(p->sink, i, off, len) : NULL;
-        if (dst) memset(dst, 0, len);
-        else rc = p->sink->submit(p->sink, -1, i, off, zeros, len);
+    const tzr_byte_selection *sel = selection(p, i);
+    uint64_t runs = sel ? sel_runs(sel) : 1;
+    for (uint64_t r = 0; r < runs && !rc; r++) {
+        uint64_t lo = sel ? sel_run_at(sel, r) : 0, hi = sel ? lo + sel->run : t->nbytes;
+        for (uint64_t off = lo; off < hi && !rc; off += sizeof zeros) {
+            size_t len = hi - off < sizeof zeros ? (size_t)(hi - off) : sizeof zeros;
+            void *dst = p->sink->direct ? p->sink->direct(p->sink, i, off, len) : NULL;
+            if (dst) memset(dst, 0, len);
+            else rc = p->sink->submit(p->sink, -1, i, off, zeros, len);
+            if (!rc) progress(p, len); /* zeros are delivered bytes too: progress reaches its total */
+        }
     }
     if (!rc && p->sink->fence && t->nbytes) {
         uint64_t f;
@@ -1134,11 +1274,23 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
                 opt->on_tensor_error;
     if (go_on) p->bad = tzr_calloc_big(p->n ? p->n : 1, sizeof *p->bad);
     if (!p->ts || !p->want || (p->verify && !p->th) || (go_on && !p->bad)) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    int selecting = opt->struct_size >= offsetof(tzr_load_options, select_ctx) + sizeof(void *) && opt->select;
+    if (!rc && selecting) {
+        p->sel = tzr_alloc_big((p->n ? p->n : 1) * sizeof *p->sel);
+        p->has_sel = tzr_calloc_big(p->n ? p->n : 1, 1);
+        if (!p->sel || !p->has_sel) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    }
     for (size_t i = 0; !rc && i < p->n; i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         p->want[i] = !opt->filter || opt->filter(opt->filter_ctx, i, t);
+        if (p->want[i] && selecting && opt->select(opt->select_ctx, i, t, &p->sel[i])) {
+            char what[TZR_NAMEBUF + 256];
+            rc = sel_check(&p->sel[i], t, tzr_reader_what(r, i, what, sizeof what));
+            p->has_sel[i] = 1;
+        }
         if (p->want[i]) {
-            p->total_bytes += t->nbytes;
+            const tzr_byte_selection *sel = selection(p, i);
+            p->total_bytes += sel ? sel->run * sel_runs(sel) : t->nbytes;
             p->stored_bytes += t->data_length;
             p->nselected++;
         }
@@ -1161,7 +1313,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     p->headers_read = tzr_reader_encrypted(r) || (tzr_reader_compressed(r) && !tzr_reader_has_dir(r));
     p->hdr_want = p->want;
     int some_headers = 0;
-    if (!rc && !p->headers_read && (tzr_reader_compressed(r) || p->verify)) {
+    if (!rc && !p->headers_read && (tzr_reader_compressed(r) || p->verify || p->has_sel)) {
         p->hdr_want = tzr_calloc_big(p->n ? p->n : 1, 1);
         if (!p->hdr_want) rc = tzr_fail(TZR_ENOMEM, "out of memory");
         for (size_t i = 0; !rc && i < p->n; i++) {
@@ -1169,6 +1321,8 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             int no_unit = t->data_length == 0 ||
                           (tzr_reader_compressed(r) && (t->compression != TZR_COMPRESSION_ZSTD ||
                                                         t->data_offset - t->header_offset > MAX_INLINE_HEADER));
+            /* a selection's reads need not start at the header */
+            no_unit |= plans_selected(p, t, i);
             p->hdr_want[i] = p->want[i] && no_unit;
             some_headers |= p->hdr_want[i];
         }
@@ -1180,7 +1334,8 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             const tzr_tensor_info *t = tzr_reader_tensor(r, i);
             p->want[i] = 0;
             if (p->hdr_want != p->want) p->hdr_want[i] = 0;
-            p->total_bytes -= t->nbytes;
+            const tzr_byte_selection *sel = selection(p, i);
+            p->total_bytes -= sel ? sel->run * sel_runs(sel) : t->nbytes;
             p->stored_bytes -= t->data_length;
             p->nselected--;
         }
@@ -1244,11 +1399,14 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             for (size_t k = 0; k < un->count; k++) {
                 piece *q = &p->pieces[un->first + k];
                 q->uoff = p->zout_at + (un->zpack ? q->uoff : 0);
-                if (un->zdirect) un->zdirect = sink->direct(sink, q->tensor, q->toff, q->len) != NULL;
+                if (un->zdirect)
+                    un->zdirect = sel_holds(p, q->tensor, q->toff, q->len) &&
+                                  sink->direct(sink, q->tensor, q->toff, q->len) != NULL;
             }
             continue;
         }
         un->direct = un->count == 1 && pc->uoff == 0 && un->len == pc->len && sink->direct &&
+                     sel_holds(p, pc->tensor, pc->toff, pc->len) &&
                      sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
         /* Many small plaintext tensors: scatter them in place with one
          * vectored read instead of staging plus a copy each. */
@@ -1256,7 +1414,8 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
                       !tzr_reader_compressed(r) && !p->direct_align;
         for (size_t k = 0; un->scatter && k < un->count; k++) {
             piece *q = &p->pieces[un->first + k];
-            un->scatter = sink->direct(sink, q->tensor, q->toff, q->len) != NULL;
+            un->scatter = sel_holds(p, q->tensor, q->toff, q->len) &&
+                          sink->direct(sink, q->tensor, q->toff, q->len) != NULL;
         }
     }
     if (rc) {
@@ -1299,6 +1458,8 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     for (size_t k = 0; k < p->nbads; k++) free(p->bads[k].msg);
     free(p->bads);
     free(p->bad);
+    free(p->sel);
+    free(p->has_sel);
     if (p->direct_was_set) src->set_direct(src, 0);
     for (int s = 0; p->slots && s < p->nslots; s++) {
         if (!p->slots[s].buf) continue;

@@ -323,7 +323,7 @@ static void pipeline_null_budget(void) {
         CHECK(st.staging_bytes <= o.ring_bytes);
         uint64_t total = 0, stored = 0;
         for (size_t i = 0; i < NBIG; i++) {
-            total += tzr_reader_tensor(r, i)->uncompressed_length; /* meta: zeros, not counted */
+            total += tzr_reader_tensor(r, i)->nbytes; /* meta zeros are delivered bytes too */
             stored += tzr_reader_tensor(r, i)->data_length;
         }
         CHECK(st.bytes == total);

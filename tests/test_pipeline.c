@@ -485,6 +485,94 @@ static void go_on_encrypted_and_wrong_key(void) {
     free(bytes);
 }
 
+/* ---- byte selections (tzr_load_options.select) ---------------------- */
+/* Per tensor: whole (i % 3 == 0 or small), the middle half, or 2 groups of
+ * 8 strided runs. */
+static int pick_bytes(void *ctx, size_t i, const tzr_tensor_info *t, tzr_byte_selection *sel) {
+    (void)ctx;
+    uint64_t n = t->nbytes;
+    if (i % 3 == 0 || n < 256) return 0;
+    if (i % 3 == 1) *sel = (tzr_byte_selection){n / 4, n / 2, n / 2, 1, n, 1};
+    else *sel = (tzr_byte_selection){3, n / 64, n / 16, 8, n / 2, 2};
+    return 1;
+}
+
+static int selected_byte(const tzr_byte_selection *s, uint64_t b) {
+    for (uint64_t o = 0; o < s->outer_count; o++)
+        for (uint64_t j = 0; j < s->count; j++) {
+            uint64_t a = s->offset + o * s->outer_stride + j * s->stride;
+            if (b >= a && b < a + s->run) return 1;
+        }
+    return 0;
+}
+
+static int bad_pick(void *ctx, size_t i, const tzr_tensor_info *t, tzr_byte_selection *sel) {
+    (void)ctx;
+    if (i != 1) return 0;
+    *sel = (tzr_byte_selection){t->nbytes - 1, 2, 2, 1, 2, 1};
+    return 1;
+}
+
+/* Exactly the selected bytes land, once each, right; unverified plaintext
+ * reads little more than them. */
+static void byte_selections(void) {
+    for (int enc = 0; enc < 2; enc++)
+        for (int verify = 0; verify < 2; verify++)
+            for (int kind = 0; kind < 3; kind += 2) {
+                const gen_spec *spec = enc ? &enc_spec : &plain_spec;
+                tzr_reader *r = open_r(enc ? enc_path : plain_path, enc ? KEY : NULL, 0);
+                if (!r) continue;
+                fake_sink *f;
+                tzr_sink *sink = new_sink(kind, tzr_reader_count(r), &f);
+                tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+                o.chunk_bytes = 1 << 20;
+                o.threads = 3;
+                o.verify = verify;
+                o.select = pick_bytes;
+                tzr_load_stats st;
+                CHECK_OK(tzr_load(r, sink, &o, &st));
+                uint64_t want_bytes = 0, file_bytes = tzr_reader_source(r)->size;
+                size_t bad = 0;
+                for (size_t i = 0; i < tzr_reader_count(r); i++) {
+                    const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+                    tzr_byte_selection sel;
+                    int has = pick_bytes(NULL, i, t, &sel);
+                    uint64_t len;
+                    int meta;
+                    uint8_t *want = gen_expected(spec, i, &len, &meta);
+                    uint8_t *got = NULL;
+                    uint64_t glen = 0;
+                    if (kind == 0) CHECK_OK(tzr_sink_host_data(sink, i, (void **)&got, &glen));
+                    else got = f->dst[i], glen = f->len[i];
+                    for (uint64_t b = 0; b < len; b++) {
+                        int in = !has || selected_byte(&sel, b);
+                        want_bytes += in;
+                        if (in && (!got || got[b] != want[b])) bad++;
+                        if (kind == 2 && f->writes[i] && f->writes[i][b] != (in ? 1 : 0)) bad++;
+                    }
+                    free(want);
+                }
+                CHECK(bad == 0);
+                CHECK(st.bytes == want_bytes);
+                /* plaintext, unverified: about the selected bytes, far from the file */
+                if (!enc && !verify) CHECK(st.bytes_read < file_bytes * 3 / 4);
+                if (verify) CHECK(st.bytes_read >= file_bytes - tzr_reader_count(r) * 256 - 300000);
+                if (kind == 2) CHECK(f->violations == 0);
+                tzr_sink_free(sink);
+                tzr_reader_free(r);
+            }
+    /* A selection outside the tensor is refused, naming it. */
+    tzr_reader *r = open_r(plain_path, NULL, 0);
+    tzr_sink *sink;
+    CHECK_OK(tzr_sink_null_new(&sink));
+    tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+    o.select = bad_pick;
+    CHECK_RC(tzr_load(r, sink, &o, NULL), TZR_EINVAL);
+    CHECK(strstr(tzr_last_error(), "layers.1.weight") && strstr(tzr_last_error(), "byte selection"));
+    tzr_sink_free(sink);
+    tzr_reader_free(r);
+}
+
 static void cancel_and_callback_error(void) {
     for (int mode = 0; mode < 2; mode++) {
         tzr_reader *r = open_r(plain_path, NULL, 1);
@@ -722,6 +810,7 @@ int main(void) {
     RUN(hash_mismatch);
     RUN(go_on_past_bad_tensors);
     RUN(go_on_encrypted_and_wrong_key);
+    RUN(byte_selections);
     RUN(cancel_and_callback_error);
     RUN(filter_and_null_budget);
     RUN(direct_io);
