@@ -21,6 +21,7 @@
 #define TZR_SHARD_H
 
 #include "tzr.h"
+#include "tzr_load.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -159,6 +160,16 @@ typedef struct tzr_shard_result {
  * set was opened with verify. */
 TZR_API int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const char *rules,
                                 tzr_shard_result **out);
+/* The same load into any sink (host, caller memory, CUDA, ...): one
+ * pipelined tzr_load per shard file, of exactly the byte ranges the rank
+ * needs (whole shard tensors when the set verifies). The sink's tensor
+ * index is the index in the set; begin_tensor gets the rank's piece (its
+ * local shape and bytes), called for every tensor before any bytes move,
+ * end_tensor for every tensor at the end. opt (may be NULL) gives ring,
+ * chunk, threads, progress and cancel; its filter, select and callbacks
+ * are the loader's own. */
+TZR_API int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_sink *sink,
+                                     const tzr_load_options *opt, tzr_load_stats *stats);
 /* The slice rank `rank` of `nranks` gets of tensor i (no I/O). */
 TZR_API int tzr_shard_target(const tzr_shard_set *s, size_t i, int rank, int nranks, const char *rules,
                              int *dim, uint64_t *offset, uint64_t *length);

@@ -1,20 +1,25 @@
-/* Loading one rank's slices of a sharded checkpoint for any rank count.
+/* Loading one rank's slices of a sharded checkpoint for any rank count,
+ * through the pipeline (tzr_load).
  *
  * A target piece and a source slice are both boxes in the global index
- * space: full in every dimension except their split dimension. Their
- * intersection is copied as runs: dimensions after the last restricted one
- * are whole in both arrays, so each run is contiguous on both sides. One
- * run (a dim-0 slice, or a whole tensor) is read straight into the result;
- * otherwise rows of the source are read into staging and the runs copied
- * out (stride math). A source slice needed whole goes through
- * tzr_reader_read, which checks its hashes; whole global tensors are
+ * space: full in every dimension except their split dimension. For every
+ * shard file one pipelined load reads the shard tensors the rank needs,
+ * each with the byte selection of its intersection ("cut") with the
+ * target: within the source array the cut differs from it in at most the
+ * target's split dimension, so it is a run of bytes repeated at a stride.
+ * A mapping sink turns each delivered source range into the target's
+ * offsets: it cuts the range into runs contiguous in both arrays (all
+ * dimensions after the last one the cut restricts are whole in both) and
+ * hands each to the destination sink, whose tensor index is the index in
+ * the set. Verified loads read whole shard tensors (their hashes cover
+ * them whole); whole global tensors loaded into host memory are also
  * checked against the manifest sha256. */
 #include "hash.h"
+#include "mem.h"
 #include "shard_internal.h"
+#include "tzr_load.h"
 
 #include <string.h>
-
-#define STAGE_MAX ((uint64_t)64 << 20)
 
 int tzr_shard_target(const tzr_shard_set *s, size_t i, int rank, int nranks, const char *rules, int *dim,
                      uint64_t *offset, uint64_t *length) {
@@ -46,7 +51,7 @@ static void box_of(box *b, const shard_entry *e, int dim, uint64_t off, uint64_t
     if (dim >= 0) b->lo[dim] = off, b->hi[dim] = off + len;
 }
 
-/* Row-major byte strides of the array box a (local shape hi-lo). */
+/* Row-major byte strides of the array box a. */
 static void strides(const box *a, uint32_t itemsize, uint64_t *st) {
     uint64_t acc = itemsize;
     for (uint32_t d = a->ndim; d-- > 0;) {
@@ -61,130 +66,264 @@ static uint64_t offset_in(const box *a, const uint64_t *st, const uint64_t *x) {
     return o;
 }
 
-typedef struct copy_job {
-    tzr_shard_set *s;
-    const shard_entry *e;
-    const shard_slice *sl;
-    box src, dst, cut;     /* source array, destination array, intersection */
-    uint8_t *out;
-    uint64_t bytes_read;
-} copy_job;
+/* How one shard tensor's bytes reach one target. */
+typedef struct mapping {
+    size_t target;               /* index in the set = the destination's index */
+    box src, dst, cut;
+    uint64_t ss[TZR_MAX_DIMS], ds[TZR_MAX_DIMS];
+    int last;                    /* last dim the cut restricts (global), -1: none */
+    uint64_t run;                /* bytes contiguous in both arrays */
+    uint64_t itemsize;
+} mapping;
 
-/* Copy every run of cut with x[0] in [r0, r1) from staging holding source
- * bytes starting at base. */
-static void scatter(copy_job *j, int k, uint64_t run, const uint8_t *stage, uint64_t base, uint64_t r0,
-                    uint64_t r1) {
-    uint64_t ss[TZR_MAX_DIMS], ds[TZR_MAX_DIMS], x[TZR_MAX_DIMS];
-    strides(&j->src, j->e->pub.itemsize, ss);
-    strides(&j->dst, j->e->pub.itemsize, ds);
-    for (uint32_t d = 0; d < j->cut.ndim; d++) x[d] = j->cut.lo[d];
-    x[0] = r0;
-    for (;;) {
-        memcpy(j->out + offset_in(&j->dst, ds, x), stage + offset_in(&j->src, ss, x) - base, (size_t)run);
-        int d = k - 1;
-        for (; d >= 0; d--) {
-            if (++x[d] < (d == 0 ? r1 : j->cut.hi[d])) break;
-            x[d] = j->cut.lo[d];
-        }
-        if (d < 0) break;
-    }
+/* One shard's load: local tensor index -> mapping (NULL: not needed). */
+typedef struct shard_job {
+    tzr_sink base;
+    tzr_sink *dest;
+    mapping **map;
+    size_t nlocal;
+} shard_job;
+
+static void mapping_init(mapping *m, const shard_entry *e, size_t target, const box *src, const box *dst,
+                         const box *cut) {
+    m->target = target;
+    m->src = *src;
+    m->dst = *dst;
+    m->cut = *cut;
+    m->itemsize = e->pub.itemsize;
+    strides(src, e->pub.itemsize, m->ss);
+    strides(dst, e->pub.itemsize, m->ds);
+    m->last = -1;
+    for (uint32_t d = 0; d < e->pub.ndim; d++)
+        if (cut->lo[d] != 0 || cut->hi[d] != e->shape[d]) m->last = (int)d;
+    uint64_t inner = e->pub.itemsize;
+    for (uint32_t d = m->last < 0 ? 0 : (uint32_t)m->last + 1; d < e->pub.ndim; d++) inner *= e->shape[d];
+    m->run = m->last < 0 ? inner : (cut->hi[m->last] - cut->lo[m->last]) * inner;
 }
 
-static int copy_cut(copy_job *j) {
-    const tzr_shard_tensor *p = &j->e->pub;
-    tzr_reader *r = j->s->readers[j->sl->shard];
-    const tzr_tensor_info *t = tzr_reader_tensor(r, j->sl->local);
-    uint32_t nd = p->ndim;
-    int k = -1, whole_src = 1;
-    for (uint32_t d = 0; d < nd; d++) {
-        if (j->cut.lo[d] != 0 || j->cut.hi[d] != p->shape[d]) k = (int)d;
-        if (j->cut.lo[d] != j->src.lo[d] || j->cut.hi[d] != j->src.hi[d]) whole_src = 0;
-    }
-    if (k < 0) k = 0;
-    uint64_t inner = p->itemsize;
-    for (uint32_t d = (uint32_t)k + 1; d < nd; d++) inner *= p->shape[d];
-    uint64_t run = nd ? (j->cut.hi[k] - j->cut.lo[k]) * inner : inner;
+/* The cut as bytes of the source array: it differs from the source box in
+ * the target's split dim at most, so its last differing dim k gives runs of
+ * its extent times the inner bytes, at the stride of dim k - 1. */
+static int mapping_selection(const mapping *m, tzr_byte_selection *sel) {
+    int k = -1;
+    uint32_t nd = m->src.ndim;
+    for (uint32_t d = 0; d < nd; d++)
+        if (m->cut.lo[d] != m->src.lo[d] || m->cut.hi[d] != m->src.hi[d]) k = (int)d;
+    if (k < 0) return 0; /* the whole source tensor */
     uint64_t runs = 1;
-    for (int d = 0; d < k; d++) runs *= j->cut.hi[d] - j->cut.lo[d];
-    if (run == 0 || runs == 0) return 0;
-    uint64_t ss[TZR_MAX_DIMS], ds[TZR_MAX_DIMS], x[TZR_MAX_DIMS];
-    strides(&j->src, p->itemsize, ss);
-    strides(&j->dst, p->itemsize, ds);
-    for (uint32_t d = 0; d < nd; d++) x[d] = j->cut.lo[d];
-    uint64_t s0 = offset_in(&j->src, ss, x), d0 = offset_in(&j->dst, ds, x);
-    char nb[TZR_NAMEBUF];
-    int raw_ok = !tzr_reader_encrypted(r) && !t->meta && t->data_length == t->nbytes;
+    for (int d = 0; d < k; d++) runs *= m->cut.hi[d] - m->cut.lo[d];
+    sel->offset = offset_in(&m->src, m->ss, m->cut.lo);
+    sel->run = (m->cut.hi[k] - m->cut.lo[k]) * m->ss[k];
+    sel->stride = k > 0 ? m->ss[k - 1] : sel->run;
+    sel->count = runs;
+    sel->outer_count = 1;
+    sel->outer_stride = runs * sel->stride;
+    return 1;
+}
+
+/* Source byte `off` (inside the cut): where it goes in the target, and how
+ * many bytes from there are contiguous in both arrays. */
+static uint64_t mapping_dest(const mapping *m, uint64_t off, uint64_t *contiguous) {
+    uint64_t x[TZR_MAX_DIMS], rest = off;
+    for (uint32_t d = 0; d < m->src.ndim; d++) {
+        x[d] = m->src.lo[d] + rest / m->ss[d];
+        rest %= m->ss[d];
+    }
+    uint64_t in_run = rest; /* bytes into the run, counted from the cut's start along `last` */
+    for (uint32_t d = m->last < 0 ? 0 : (uint32_t)m->last; d < m->src.ndim; d++)
+        in_run += (x[d] - (m->last >= 0 && d == (uint32_t)m->last ? m->cut.lo[d] : 0)) * m->ss[d];
+    *contiguous = m->run - in_run;
+    return offset_in(&m->dst, m->ds, x) + rest;
+}
+
+static void *job_direct(tzr_sink *s, size_t index, uint64_t off, uint64_t len) {
+    shard_job *j = (shard_job *)s;
+    mapping *m = j->map[index];
+    if (!j->dest->direct || !m) return NULL;
+    uint64_t room, at = mapping_dest(m, off, &room);
+    return len <= room ? j->dest->direct(j->dest, m->target, at, len) : NULL;
+}
+
+static int job_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const void *src, size_t len) {
+    shard_job *j = (shard_job *)s;
+    mapping *m = j->map[index];
+    const uint8_t *b = src;
     int rc = 0;
-    if (whole_src || !raw_ok) { /* whole source tensor: hash-checked read */
-        if (runs == 1 && whole_src) {
-            rc = tzr_reader_read(r, j->sl->local, j->out + d0, (size_t)t->nbytes);
-        } else {
-            uint8_t *stage = malloc(t->nbytes ? (size_t)t->nbytes : 1);
-            if (!stage) return tzr_fail(TZR_ENOMEM, "cannot allocate %llu bytes", (unsigned long long)t->nbytes);
-            rc = tzr_reader_read(r, j->sl->local, stage, (size_t)t->nbytes);
-            if (!rc) scatter(j, k, run, stage, 0, j->cut.lo[0], j->cut.hi[0]);
-            free(stage);
-        }
-        j->bytes_read += t->nbytes;
-        return rc;
+    while (len && !rc) {
+        uint64_t room, at = mapping_dest(m, off, &room);
+        size_t n = len < room ? len : (size_t)room;
+        rc = j->dest->submit(j->dest, slot, m->target, at, b, n);
+        off += n;
+        b += n;
+        len -= n;
     }
-    tzr_source *src = tzr_reader_source(r);
-    if (runs == 1) {
-        rc = src->read_at(src, j->out + d0, (size_t)run, t->data_offset + s0);
-        j->bytes_read += run;
-    } else {
-        uint64_t row = ss[0], group = STAGE_MAX / row ? STAGE_MAX / row : 1;
-        uint8_t *stage = malloc((size_t)(group < j->cut.hi[0] - j->cut.lo[0] ? group : j->cut.hi[0] - j->cut.lo[0]) * row);
-        if (!stage) return tzr_fail(TZR_ENOMEM, "out of memory");
-        for (uint64_t r0 = j->cut.lo[0]; r0 < j->cut.hi[0] && !rc; r0 += group) {
-            uint64_t r1 = r0 + group < j->cut.hi[0] ? r0 + group : j->cut.hi[0];
-            uint64_t base = (r0 - j->src.lo[0]) * row, len = (r1 - r0) * row;
-            rc = src->read_at(src, stage, (size_t)len, t->data_offset + base);
-            j->bytes_read += len;
-            if (!rc) scatter(j, k, run, stage, base, r0, r1);
-        }
-        free(stage);
-    }
-    if (rc)
-        tzr_fail_prefix(rc, "tensor '%s' in shard %d at offset %llu: ",
-                        tzr_printable(p->name, p->name_len, nb, sizeof nb), j->sl->shard,
-                        (unsigned long long)(t->data_offset + s0));
     return rc;
 }
 
-/* Fill one target piece from the source slices that intersect it. */
-static int fill_piece(tzr_shard_set *s, int rank, tzr_shard_piece *pc, uint64_t *bytes_read) {
-    const shard_entry *e = &s->tb.t[pc->tensor];
-    copy_job j = {.s = s, .e = e, .out = pc->data};
-    box_of(&j.dst, e, pc->dim, pc->offset, pc->length);
-    int rc = 0;
-    if (e->pub.dim == TZR_SHARD_REPLICATED) {
-        j.sl = &e->slices[(size_t)rank % e->nslices]; /* spread the reads over the holders */
-        box_of(&j.src, e, TZR_SHARD_REPLICATED, 0, 0);
-        j.cut = j.dst;
-        rc = copy_cut(&j);
-    } else {
-        for (size_t q = 0; q < e->nslices && !rc; q++) {
-            j.sl = &e->slices[q];
-            box_of(&j.src, e, e->pub.dim, j.sl->offset, j.sl->length);
-            j.cut = j.dst;
-            int d = e->pub.dim, empty = 0;
-            if (j.src.lo[d] > j.cut.lo[d]) j.cut.lo[d] = j.src.lo[d];
-            if (j.src.hi[d] < j.cut.hi[d]) j.cut.hi[d] = j.src.hi[d];
-            if (j.cut.lo[d] >= j.cut.hi[d]) empty = 1;
-            if (!empty) rc = copy_cut(&j);
+static int job_fence(tzr_sink *s, int slot, uint64_t *fence) {
+    shard_job *j = (shard_job *)s;
+    return j->dest->fence(j->dest, slot, fence);
+}
+
+static int job_wait(tzr_sink *s, uint64_t fence) {
+    shard_job *j = (shard_job *)s;
+    return j->dest->wait(j->dest, fence);
+}
+
+static void *job_alloc_staging(tzr_sink *s, size_t len) {
+    shard_job *j = (shard_job *)s;
+    return j->dest->alloc_staging(j->dest, len);
+}
+
+static void job_free_staging(tzr_sink *s, void *p, size_t len) {
+    shard_job *j = (shard_job *)s;
+    j->dest->free_staging(j->dest, p, len);
+}
+
+static int job_filter(void *ctx, size_t index, const tzr_tensor_info *t) {
+    (void)t;
+    shard_job *j = ctx;
+    return index < j->nlocal && j->map[index] != NULL;
+}
+
+static int job_select(void *ctx, size_t index, const tzr_tensor_info *t, tzr_byte_selection *sel) {
+    (void)t;
+    return mapping_selection(((shard_job *)ctx)->map[index], sel);
+}
+
+/* The target's tensor_info handed to the destination sink. */
+typedef struct target {
+    tzr_tensor_info info;
+    uint64_t shape[TZR_MAX_DIMS];
+    int dim;
+    uint64_t offset, length;
+} target;
+
+static int make_targets(tzr_shard_set *s, int rank, int nranks, const char *rules, target *tg) {
+    for (size_t i = 0; i < s->tb.n; i++) {
+        const shard_entry *e = &s->tb.t[i];
+        target *t = &tg[i];
+        int rc = tzr_shard_target(s, i, rank, nranks, rules, &t->dim, &t->offset, &t->length);
+        if (rc) return rc;
+        memcpy(t->shape, e->shape, e->pub.ndim * sizeof *t->shape);
+        if (t->dim >= 0) t->shape[t->dim] = t->length;
+        tzr_tensor_info *f = &t->info;
+        memset(f, 0, sizeof *f);
+        f->name = e->name;
+        f->name_len = e->pub.name_len;
+        f->type = TZR_STATE_DICT;
+        f->module_idx = 0;
+        f->dtype_str = e->dtype;
+        f->dtype_len = e->pub.dtype_len;
+        f->dtype = e->pub.dtype;
+        f->itemsize = e->pub.itemsize;
+        f->ndim = e->pub.ndim;
+        f->shape = t->shape;
+        f->numel = 1;
+        for (uint32_t d = 0; d < f->ndim; d++) f->numel *= t->shape[d];
+        f->nbytes = f->numel * f->itemsize;
+        f->uncompressed_length = f->stored_length = f->data_length = f->nbytes;
+        f->byte_planes = 1;
+    }
+    return 0;
+}
+
+/* The mappings of shard k for these targets; *any: one is needed. */
+static int build_job(tzr_shard_set *s, int k, int rank, const target *tg, shard_job *j, mapping *pool, int *any) {
+    *any = 0;
+    size_t used = 0;
+    for (size_t i = 0; i < s->tb.n; i++) {
+        const shard_entry *e = &s->tb.t[i];
+        box dst;
+        box_of(&dst, e, tg[i].dim, tg[i].offset, tg[i].length);
+        if (tg[i].info.nbytes == 0) continue;
+        for (size_t q = 0; q < e->nslices; q++) {
+            const shard_slice *sl = &e->slices[q];
+            /* a replicated tensor is read from one holder, spread over ranks */
+            if (e->pub.dim == TZR_SHARD_REPLICATED && q != (size_t)rank % e->nslices) continue;
+            if (sl->shard != k) continue;
+            box src, cut = dst;
+            box_of(&src, e, e->pub.dim, sl->offset, sl->length);
+            int empty = 0;
+            for (uint32_t d = 0; d < e->pub.ndim; d++) {
+                if (src.lo[d] > cut.lo[d]) cut.lo[d] = src.lo[d];
+                if (src.hi[d] < cut.hi[d]) cut.hi[d] = src.hi[d];
+                empty |= cut.lo[d] >= cut.hi[d];
+            }
+            if (empty) continue;
+            mapping *m = &pool[used++];
+            mapping_init(m, e, i, &src, &dst, &cut);
+            j->map[sl->local] = m;
+            *any = 1;
         }
     }
-    *bytes_read += j.bytes_read;
-    if (!rc && s->verify && e->pub.has_sha256 && pc->nbytes == e->pub.nbytes) {
-        uint8_t sha[32];
-        tzr_sha256(pc->data, (size_t)pc->nbytes, sha);
-        if (memcmp(sha, e->pub.sha256, 32)) {
-            char nb[TZR_NAMEBUF];
-            rc = tzr_fail(TZR_EHASH, "%s: tensor '%s': sha256 of the assembled tensor does not match the manifest",
-                          s->path, tzr_printable(e->name, e->pub.name_len, nb, sizeof nb));
+    return 0;
+}
+
+int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_sink *dest,
+                             const tzr_load_options *opt, tzr_load_stats *stats) {
+    if (!s || !dest || nranks < 1 || rank < 0 || rank >= nranks)
+        return tzr_fail(TZR_EINVAL, "load: bad set, sink or rank %d of %d", rank, nranks);
+    size_t n = s->tb.n, nmap = 0;
+    for (size_t i = 0; i < n; i++) nmap += s->tb.t[i].nslices;
+    target *tg = calloc(n ? n : 1, sizeof *tg);
+    mapping *pool = calloc(nmap ? nmap : 1, sizeof *pool);
+    int rc = !tg || !pool ? tzr_fail(TZR_ENOMEM, "out of memory") : 0;
+    if (!rc) rc = make_targets(s, rank, nranks, rules, tg);
+    uint64_t total = 0;
+    for (size_t i = 0; !rc && i < n; i++) total += tg[i].info.nbytes;
+    /* Every destination exists before any bytes move, from any shard. */
+    if (!rc && dest->reserve) rc = dest->reserve(dest, n, total);
+    for (size_t i = 0; !rc && i < n; i++)
+        if (dest->begin_tensor) rc = dest->begin_tensor(dest, i, &tg[i].info);
+    tzr_load_stats sum = {0};
+    for (int k = 0; !rc && k < s->tb.nshards; k++) {
+        tzr_reader *r = s->readers[k];
+        shard_job j = {0};
+        j.base = (tzr_sink){.direct = job_direct, .submit = job_submit, .name = "shard"};
+        if (dest->fence) j.base.fence = job_fence, j.base.wait = job_wait;
+        if (dest->alloc_staging) j.base.alloc_staging = job_alloc_staging, j.base.free_staging = job_free_staging;
+        j.dest = dest;
+        j.nlocal = tzr_reader_count(r);
+        j.map = calloc(j.nlocal ? j.nlocal : 1, sizeof *j.map);
+        if (!j.map) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        int any = 0;
+        memset(pool, 0, nmap * sizeof *pool);
+        if (!rc) rc = build_job(s, k, rank, tg, &j, pool, &any);
+        if (!rc && any) {
+            tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+            if (opt) {
+                size_t copy = opt->struct_size < sizeof lo ? opt->struct_size : sizeof lo;
+                memcpy(&lo, opt, copy);
+                lo.struct_size = sizeof lo;
+            }
+            lo.verify = s->verify;
+            lo.filter = job_filter;
+            lo.filter_ctx = &j;
+            lo.select = job_select;
+            lo.select_ctx = &j;
+            lo.on_tensor = NULL; /* shard tensors are not the caller's tensors */
+            lo.on_tensor_error = NULL;
+            tzr_load_stats st;
+            rc = tzr_load(r, &j.base, &lo, &st);
+            sum.tensors += st.tensors;
+            sum.bytes += st.bytes;
+            sum.bytes_read += st.bytes_read;
+            sum.reads += st.reads;
+            sum.seconds += st.seconds;
+            if (st.staging_bytes > sum.staging_bytes) sum.staging_bytes = st.staging_bytes;
         }
+        free(j.map);
     }
+    for (size_t i = 0; !rc && i < n; i++)
+        if (dest->end_tensor) rc = dest->end_tensor(dest, i, &tg[i].info);
+    if (stats) {
+        *stats = sum;
+        stats->tensors = n;
+        stats->error_tensor = (size_t)-1;
+    }
+    free(tg);
+    free(pool);
     return rc;
 }
 
@@ -193,6 +332,28 @@ void tzr_shard_result_free(tzr_shard_result *r) {
     free(r->pieces);
     free(r->arena);
     free(r);
+}
+
+static void *result_dest(void *ctx, size_t index, const tzr_tensor_info *t) {
+    (void)t;
+    return ((tzr_shard_result *)ctx)->pieces[index].data;
+}
+
+/* Whole global tensors against the manifest sha256. */
+static int check_manifest_sha(const tzr_shard_set *s, const tzr_shard_result *res) {
+    for (size_t i = 0; i < res->count; i++) {
+        const shard_entry *e = &s->tb.t[i];
+        const tzr_shard_piece *pc = &res->pieces[i];
+        if (!e->pub.has_sha256 || pc->nbytes != e->pub.nbytes) continue;
+        uint8_t sha[32];
+        tzr_sha256(pc->data, (size_t)pc->nbytes, sha);
+        if (memcmp(sha, e->pub.sha256, 32)) {
+            char nb[TZR_NAMEBUF];
+            return tzr_fail(TZR_EHASH, "%s: tensor '%s': sha256 of the assembled tensor does not match the manifest",
+                            s->path, tzr_printable(e->name, e->pub.name_len, nb, sizeof nb));
+        }
+    }
+    return 0;
 }
 
 int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_shard_result **out) {
@@ -230,16 +391,23 @@ int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const char *rule
         total += (pc->nbytes + 63) & ~(uint64_t)63;
     }
     res->count = n;
-    if (!rc && !(res->arena = malloc(total ? (size_t)total : 1)))
+    /* One huge-page block: fresh 4 KiB pages cost more than the reads. */
+    if (!rc && !(res->arena = tzr_alloc_big(total ? (size_t)total : 1)))
         rc = tzr_fail(TZR_ENOMEM, "cannot allocate %llu bytes for rank %d", (unsigned long long)total, rank);
     uint64_t at = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         tzr_shard_piece *pc = &res->pieces[i];
         pc->data = (uint8_t *)res->arena + at;
         at += (pc->nbytes + 63) & ~(uint64_t)63;
-        rc = fill_piece(s, rank, pc, &res->bytes_read);
         res->bytes += pc->nbytes;
     }
+    tzr_sink *sink = NULL;
+    if (!rc) rc = tzr_sink_host_new(&sink, result_dest, res);
+    tzr_load_stats st;
+    if (!rc) rc = tzr_shard_load_rank_into(s, rank, nranks, rules, sink, NULL, &st);
+    tzr_sink_free(sink);
+    if (!rc) res->bytes_read = st.bytes_read;
+    if (!rc && s->verify) rc = check_manifest_sha(s, res);
     if (rc) {
         tzr_shard_result_free(res);
         return rc;
