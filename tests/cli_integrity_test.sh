@@ -105,6 +105,11 @@ check export_metadata_format_pt test "$(header_meta "$T/back.safetensors")" = '{
 $TZ -q "$T/a.safetensors" -o "$T/m.tensors" --shards 2
 $DT -q "$T/m.tzr-index.json" -o "$T/mback.safetensors"
 check manifest_export_metadata_format_pt test "$(header_meta "$T/mback.safetensors")" = '{"format": "pt"}'
+# A manifest export reads through the shards' hashes too; --no-verify skips them.
+mkdir "$T/mb" && $TZ -q "$T/a.safetensors" -o "$T/mb/m.tensors" --shards 2 --split-dim "embed.weight=0"
+flip "$T/mb/m-rank-00001-of-00002.tensors" embed.weight
+refused manifest_export_refuses_corrupt 1 "$T/mb/o.safetensors" $DT -q "$T/mb/m.tzr-index.json" -o "$T/mb/o.safetensors"
+check manifest_export_no_verify $DT -q "$T/mb/m.tzr-index.json" -o "$T/mb/o.safetensors" --no-verify
 $DT "$T/a.tensors" --list --json > "$T/a.json"
 check list_json_dtype_name python3 - "$T/a.json" <<'PY'
 import json, sys
