@@ -13,8 +13,9 @@
  * comma-separated "glob=DIM" or "glob=replicate" entries, first match wins,
  * e.g. "*.weight=0,*embed*=1,*norm*=replicate". Globs are fnmatch patterns
  * over the name bytes (for structured names: the JSON array text after the
- * 0x1E marker). A dimension the tensor does not have, or a 0-d tensor,
- * means replicate. Splits may be uneven: a dimension of length L cut into
+ * 0x1E marker). When cutting a checkpoint (tzr_shard_split), a rule that
+ * matches a tensor lacking its dimension (a 0-d tensor and dim 0, say) is
+ * an error; as a load's target layout it means replicate. Splits may be uneven: a dimension of length L cut into
  * P parts gives part p the range starting at p*(L/P) + min(p, L%P) with
  * L/P + (p < L%P) entries (the first L%P parts are one longer). */
 #ifndef TZR_SHARD_H
@@ -72,6 +73,12 @@ TZR_API int tzr_shard_writer_add(tzr_shard_writer *w, const tzr_shard_tensor_des
 /* Finish the shard file and write its sidecar; frees w. */
 TZR_API int tzr_shard_writer_close(tzr_shard_writer *w);
 TZR_API void tzr_shard_writer_abort(tzr_shard_writer *w);
+
+/* What the split rules say for one tensor: 1 and *dim (a dimension or
+ * TZR_SHARD_REPLICATED) when a rule matches, 0 when none does (the default
+ * rule applies); TZR_EINVAL for malformed rules or a matching rule naming a
+ * dimension the tensor lacks. Lets a tool check rules before writing. */
+TZR_API int tzr_shard_rule_dim(const char *rules, const char *name, size_t name_len, uint32_t ndim, int *dim);
 
 /* Merge the nshards sidecars of prefix into the manifest, checking that
  * every tensor's slices tile it exactly (no gap, no overlap) with the same

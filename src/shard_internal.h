@@ -64,6 +64,9 @@ TZR_HIDDEN void shard_rules_free(shard_rules *r);
 /* The rule's dim for this tensor: 1 and *dim set if a rule matched
  * (replicate where the tensor lacks that dimension), 0 if none did. */
 TZR_HIDDEN int shard_rules_match(const shard_rules *r, const char *name, size_t name_len, uint32_t ndim, int *dim);
+/* The same for cutting a checkpoint (strict): a matching rule naming a
+ * dimension the tensor lacks is TZR_EINVAL, naming the rule and tensor. */
+TZR_HIDDEN int shard_rules_pick(const shard_rules *r, const char *name, size_t name_len, uint32_t ndim, int *dim);
 
 /* The set handle. */
 struct tzr_shard_set {

@@ -87,20 +87,48 @@ int shard_rules_parse(const char *text, shard_rules *out) {
     return 0;
 }
 
-int shard_rules_match(const shard_rules *r, const char *name, size_t name_len, uint32_t ndim, int *dim) {
-    if (!r || !r->n) return 0;
+/* The first rule whose glob matches the name: its index, or -1. */
+static long rules_find(const shard_rules *r, const char *name, size_t name_len) {
+    if (!r || !r->n) return -1;
     char stack[512], *s = stack;
     if (name_len && name[0] == 0x1E) name++, name_len--;
-    if (name_len >= sizeof stack && !(s = malloc(name_len + 1))) return 0;
+    if (name_len >= sizeof stack && !(s = malloc(name_len + 1))) return -1;
     memcpy(s, name, name_len);
     s[name_len] = 0;
-    int hit = 0;
-    for (size_t i = 0; i < r->n && !hit; i++)
-        if (fnmatch(r->r[i].glob, s, 0) == 0) {
-            hit = 1;
-            *dim = r->r[i].dim;
-            if (*dim >= 0 && (uint32_t)*dim >= ndim) *dim = TZR_SHARD_REPLICATED;
-        }
+    long hit = -1;
+    for (size_t i = 0; i < r->n && hit < 0; i++)
+        if (fnmatch(r->r[i].glob, s, 0) == 0) hit = (long)i;
     if (s != stack) free(s);
     return hit;
+}
+
+int shard_rules_match(const shard_rules *r, const char *name, size_t name_len, uint32_t ndim, int *dim) {
+    long k = rules_find(r, name, name_len);
+    if (k < 0) return 0;
+    *dim = r->r[k].dim;
+    if (*dim >= 0 && (uint32_t)*dim >= ndim) *dim = TZR_SHARD_REPLICATED;
+    return 1;
+}
+
+int shard_rules_pick(const shard_rules *r, const char *name, size_t name_len, uint32_t ndim, int *dim) {
+    long k = rules_find(r, name, name_len);
+    if (k < 0) return 0;
+    const shard_rule *g = &r->r[k];
+    if (g->dim >= 0 && (uint32_t)g->dim >= ndim) {
+        char nb[TZR_NAMEBUF];
+        return tzr_fail(TZR_EINVAL, "split rule '%s=%d' matches tensor '%s', which has %u dims%s", g->glob, g->dim,
+                        tzr_printable(name, name_len, nb, sizeof nb), ndim,
+                        ndim ? "" : " (a scalar: give it 'replicate')");
+    }
+    *dim = g->dim;
+    return 1;
+}
+
+int tzr_shard_rule_dim(const char *rules, const char *name, size_t name_len, uint32_t ndim, int *dim) {
+    if (!name || !dim) return tzr_fail(TZR_EINVAL, "split rules: no tensor name");
+    shard_rules rl;
+    int rc = shard_rules_parse(rules, &rl);
+    if (!rc) rc = shard_rules_pick(&rl, name, name_len, ndim, dim);
+    shard_rules_free(&rl);
+    return rc;
 }

@@ -15,11 +15,23 @@ static void extract(uint8_t *dst, const uint8_t *src, uint32_t ndim, const uint6
         memcpy(dst + o * len * inner, src + (o * shape[d] + off) * inner, (size_t)(len * inner));
 }
 
+/* The split dimension of t; rules were checked against every tensor first. */
 static int pick_dim(const shard_rules *rules, const tzr_tensor_info *t, int n, uint64_t min_bytes) {
     int dim;
-    if (shard_rules_match(rules, t->name, t->name_len, t->ndim, &dim)) return dim;
+    if (shard_rules_pick(rules, t->name, t->name_len, t->ndim, &dim) == 1) return dim;
     if (t->ndim >= 1 && t->shape[0] % (uint64_t)n == 0 && t->nbytes >= min_bytes) return 0;
     return TZR_SHARD_REPLICATED;
+}
+
+/* A rule naming a dimension some tensor lacks fails before any shard is opened. */
+static int check_rules(tzr_reader *in, const shard_rules *rules) {
+    int dim;
+    for (size_t i = 0; i < tzr_reader_count(in); i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(in, i);
+        int rc = shard_rules_pick(rules, t->name, t->name_len, t->ndim, &dim);
+        if (rc < 0) return tzr_fail_prefix(rc, "%s: ", tzr_reader_source(in)->name);
+    }
+    return 0;
 }
 
 static int split_one(tzr_reader *in, size_t i, tzr_shard_writer **w, int n, const shard_rules *rules,
@@ -56,6 +68,10 @@ int tzr_shard_split(tzr_reader *in, const char *prefix, int nshards, const char 
     shard_rules rl;
     int rc = shard_rules_parse(rules, &rl);
     if (rc) return rc;
+    if ((rc = check_rules(in, &rl))) {
+        shard_rules_free(&rl);
+        return rc;
+    }
     uint64_t min_bytes = opt && opt->min_split_bytes ? opt->min_split_bytes : (uint64_t)1 << 20;
     tzr_shard_writer_options wo = TZR_SHARD_WRITER_OPTIONS_INIT;
     if (opt) wo.metadata_size = opt->metadata_size;

@@ -109,11 +109,11 @@ PY
 $DT tests/golden/structured_v1.tensors -q -o "$T/s.safetensors"
 check export_structured_names python3 -c "
 import json,struct,sys; raw=open('$T/s.safetensors','rb').read(); n=struct.unpack('<Q',raw[:8])[0]
-h=json.loads(raw[8:8+n]); assert sorted(h)==['lm_head','model.layers.0.w','model.layers.1.w'], sorted(h)"
+h=json.loads(raw[8:8+n]); assert sorted(h)==['__metadata__','lm_head','model.layers.0.w','model.layers.1.w'], sorted(h)"
 $DT "$T/a.tensors" -q -f 'embed*' -o "$T/f.safetensors"
 check export_filter python3 -c "
 import json,struct; raw=open('$T/f.safetensors','rb').read(); n=struct.unpack('<Q',raw[:8])[0]
-assert list(json.loads(raw[8:8+n]))==['embed.weight']"
+assert list(json.loads(raw[8:8+n]))==['__metadata__','embed.weight']"
 
 # Encryption through the tools: key file and password file.
 head -c 32 /dev/urandom > "$T/key"

@@ -18,21 +18,26 @@ static const char usage[] =
     "\n"
     "Actions (default --list):\n"
     "  -l, --list              table of tensors (name, type, module, dtype, shape, bytes)\n"
-    "      --json              with --list: a JSON array, one object per tensor\n"
+    "      --json              with --list: a JSON array, one object per tensor (\"dtype\":\n"
+    "                          the stored tensorizer string; \"dtype_name\": bf16, f32, ...)\n"
     "      --sha256            with --list: add data_sha256 (SHA-256 of the loaded bytes)\n"
     "  -V, --verify            check every CRC32/SHA-256; one line per bad tensor;\n"
     "                          exit 0 only if all match\n"
-    "  -o, --output OUT        export to OUT (.safetensors; .tensors: an uncompressed copy)\n"
+    "  -o, --output OUT        export to OUT (.safetensors, with __metadata__ {\"format\": \"pt\"};\n"
+    "                          .tensors: an uncompressed copy); every CRC32/SHA-256 is\n"
+    "                          checked on the way, a mismatch fails and writes nothing\n"
+    "      --no-verify         with -o: do not check the hashes (copy a damaged file)\n"
     "\n"
     "Options:\n"
-    "  -f, --filter GLOB       only tensors whose name matches (repeatable)\n"
+    "  -f, --filter GLOB       only tensors whose name matches (repeatable); a filter\n"
+    "                          that matches no tensor fails (exit 1)\n"
     "      --key-file PATH     32-byte raw key for encrypted files\n"
     "      --password-file P   password (file contents less one trailing newline)\n"
     "      --ca-bundle PEM     trust these CAs for https:// and s3:// (default:\n"
     "                          $AWS_CA_BUNDLE, else the system's)\n"
-    "      --threads N         pipeline threads (default: CPUs)\n"
-    "      --chunk-mib N       read size in MiB (default 8; 16 from http(s)/s3)\n"
-    "      --ring-mib N        staging memory budget in MiB (default 256)\n"
+    "      --threads N         pipeline threads, 1 to 64 (default: CPUs)\n"
+    "      --chunk-mib N       read size in MiB, 1 to 4096 (default 8; 16 from http(s)/s3)\n"
+    "      --ring-mib N        staging memory budget in MiB, 1 to 65536 (default 256)\n"
     "  -q, --quiet             no progress bar\n"
     "  -h, --help              this help;  --version  library version\n"
     "\n"
@@ -40,7 +45,7 @@ static const char usage[] =
 
 typedef struct opts {
     const char *file, *output;
-    int list, json, sha, verify, quiet;
+    int list, json, sha, verify, quiet, no_verify;
     const char **filters;
     int nfilters;
     cli_crypt crypt;
@@ -63,6 +68,18 @@ static int matches(const opts *o, const char *name) {
 }
 
 static int selected(const opts *o, const tzr_tensor_info *t) { return matches(o, shown_name(t)); }
+
+/* -f that selects nothing is a mistake (a typo, the wrong file): fail, as an
+ * empty output would pass for a successful one. Returns 1 when printed. */
+static int no_match(const opts *o, size_t hits) {
+    if (o->nfilters == 0 || hits) return 0;
+    char buf[2048];
+    size_t n = 0;
+    for (int k = 0; k < o->nfilters && n < sizeof buf; k++)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s'%s'", k ? " or " : "", o->filters[k]);
+    cli_error("%s: no tensor matches %s", o->file, buf);
+    return 1;
+}
 
 static int filter_cb(void *ctx, size_t index, const tzr_tensor_info *t) {
     (void)index;
@@ -88,6 +105,12 @@ static void shape_text(const uint64_t *shape, uint32_t ndim, char *buf, size_t c
 static json_t *name_json(const char *name, size_t len) {
     json_t *v = len && (unsigned char)name[0] == 0x1E ? json_loadb(name + 1, len - 1, 0, NULL) : json_stringn(name, len);
     return v ? v : json_null();
+}
+
+/* "dtype_name": libtzr's short name ("bf16", "f32", "f8_e4m3fn"), null for
+ * a dtype string this library does not know; "dtype" keeps the raw string. */
+static json_t *dtype_name_json(tzr_dtype d) {
+    return d != TZR_DTYPE_UNKNOWN ? json_string(tzr_dtype_name(d)) : json_null();
 }
 
 static json_t *shape_json(const uint64_t *shape, uint32_t ndim) {
@@ -229,6 +252,7 @@ static int list_json(const opts *o, tzr_reader *r, char (*hex)[65]) {
         json_object_set_new(obj, "type", json_string(type_name(t->type)));
         json_object_set_new(obj, "module_idx", json_integer(t->module_idx));
         json_object_set_new(obj, "dtype", json_stringn(t->dtype_str, t->dtype_len));
+        json_object_set_new(obj, "dtype_name", dtype_name_json(t->dtype));
         json_object_set_new(obj, "shape", shape_json(t->shape, t->ndim));
         json_object_set_new(obj, "data_length", json_integer((json_int_t)t->data_length));
         json_object_set_new(obj, "stored_length", json_integer((json_int_t)t->stored_length));
@@ -314,6 +338,11 @@ static int do_verify(const opts *o, tzr_reader *r) {
 }
 
 /* ---- -o OUT.safetensors -------------------------------------------------- */
+/* tensorizer files keep no safetensors metadata; transformers' from_pretrained
+ * wants "format" (and "pt" is what torch checkpoints carry). */
+static const char *const st_meta_keys[] = {"format"};
+static const char *const st_meta_values[] = {"pt"};
+
 typedef struct st_sink {
     tzr_sink base;
     tzr_st_writer *w;
@@ -396,7 +425,7 @@ static int do_export(const opts *o, tzr_reader *r) {
     }
     tzr_output *out = NULL;
     if (!rc) rc = tzr_output_open_file(&out, o->output);
-    if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, NULL, NULL, 0);
+    if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, st_meta_keys, st_meta_values, 1);
     if (rc && rc != TZR_ENOTSUP) cli_lib_error(rc);
     if (!rc) {
         pthread_mutex_init(&e.lock, NULL);
@@ -447,6 +476,7 @@ static int shard_list(const opts *o, tzr_shard_set *set) {
             json_t *obj = json_object();
             json_object_set_new(obj, "name", name_json(t->name, t->name_len));
             json_object_set_new(obj, "dtype", json_stringn(t->dtype_str, t->dtype_len));
+            json_object_set_new(obj, "dtype_name", dtype_name_json(t->dtype));
             json_object_set_new(obj, "shape", shape_json(t->shape, t->ndim));
             json_object_set_new(obj, "nbytes", json_integer((json_int_t)t->nbytes));
             json_object_set_new(obj, "split_dim", t->dim == TZR_SHARD_REPLICATED ? json_null() : json_integer(t->dim));
@@ -517,7 +547,7 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
     tzr_output *out = NULL;
     tzr_st_writer *w = NULL;
     if (!rc) rc = tzr_output_open_file(&out, o->output);
-    if (!rc) rc = tzr_st_writer_open(&w, out, decl, m, NULL, NULL, 0);
+    if (!rc) rc = tzr_st_writer_open(&w, out, decl, m, st_meta_keys, st_meta_values, 1);
     for (size_t k = 0; k < m && !rc; k++)
         rc = tzr_st_writer_put(w, k, 0, res->pieces[which[k]].data, (size_t)res->pieces[which[k]].nbytes);
     if (w) {
@@ -533,9 +563,16 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
 
 static int shard_main(const opts *o) {
     tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
+    so.verify = !o->no_verify;
     tzr_shard_set *set;
     int rc = tzr_shard_open(&set, o->file, &so);
     if (rc) return cli_lib_error(rc);
+    size_t hits = 0;
+    for (size_t i = 0; i < tzr_shard_count(set); i++) hits += matches(o, shard_shown(tzr_shard_tensor_at(set, i)));
+    if (no_match(o, hits)) {
+        tzr_shard_close(set);
+        return EXIT_FAIL;
+    }
     int status;
     if (o->sha) {
         cli_error("--sha256 is not available for shard manifests");
@@ -566,7 +603,7 @@ int main(int argc, char **argv) {
 
 /* Everything main does; main frees what o holds on every path. */
 static int run(opts *o, int argc, char **argv) {
-    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA };
+    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_NO_VERIFY };
     static const struct option longs[] = {
         {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
         {"sha256", no_argument, 0, O_SHA},      {"verify", no_argument, 0, 'V'},
@@ -575,7 +612,8 @@ static int run(opts *o, int argc, char **argv) {
         {"threads", required_argument, 0, O_THREADS}, {"chunk-mib", required_argument, 0, O_CHUNK},
         {"ring-mib", required_argument, 0, O_RING}, {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
-        {"ca-bundle", required_argument, 0, O_CA}, {0, 0, 0, 0}};
+        {"ca-bundle", required_argument, 0, O_CA}, {"no-verify", no_argument, 0, O_NO_VERIFY},
+        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "lVo:f:qh", longs, NULL)) != -1) {
         switch (c) {
@@ -588,9 +626,10 @@ static int run(opts *o, int argc, char **argv) {
         case O_KEY: if (cli_load_key_file(&o->crypt, optarg)) return EXIT_USAGE; break;
         case O_PW: if (cli_load_password_file(&o->crypt, optarg)) return EXIT_USAGE; break;
         case O_CA: if (cli_set_ca_bundle(optarg)) return EXIT_USAGE; break;
-        case O_THREADS: o->threads = atoi(optarg); break;
-        case O_CHUNK: o->chunk = (size_t)strtoull(optarg, NULL, 10) << 20; break;
-        case O_RING: o->ring = (size_t)strtoull(optarg, NULL, 10) << 20; break;
+        case O_THREADS: if (cli_int("--threads", optarg, 1, 64, &o->threads)) return EXIT_USAGE; break;
+        case O_CHUNK: if (cli_mib("--chunk-mib", optarg, 1, 4096, &o->chunk)) return EXIT_USAGE; break;
+        case O_RING: if (cli_mib("--ring-mib", optarg, 1, 65536, &o->ring)) return EXIT_USAGE; break;
+        case O_NO_VERIFY: o->no_verify = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("detensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
@@ -604,6 +643,10 @@ static int run(opts *o, int argc, char **argv) {
     o->file = argv[optind];
     if (o->list + o->verify + (o->output != NULL) > 1) {
         cli_error("choose one of --list, --verify, -o");
+        return EXIT_USAGE;
+    }
+    if (o->no_verify && !o->output) {
+        cli_error("--no-verify goes with -o");
         return EXIT_USAGE;
     }
     if ((o->json || o->sha) && (o->verify || o->output)) {
@@ -623,10 +666,19 @@ static int run(opts *o, int argc, char **argv) {
     }
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.read_headers = !o->verify && !o->output; /* --list shows module indices */
+    /* -o rewrites the data: check each tensor in the read that feeds the
+     * writer, so a corrupt input never comes out as a file that verifies. */
+    ro.verify = o->output && !o->no_verify;
     cli_crypt_apply(&o->crypt, &ro.crypt);
     tzr_reader *r;
     int rc = tzr_reader_open(&r, o->file, &ro);
     if (rc) return cli_lib_error(rc);
+    size_t hits = 0;
+    for (size_t i = 0; i < tzr_reader_count(r); i++) hits += selected(o, tzr_reader_tensor(r, i));
+    if (no_match(o, hits)) {
+        tzr_reader_free(r);
+        return EXIT_FAIL;
+    }
     int status;
     if (o->verify) {
         status = do_verify(o, r);

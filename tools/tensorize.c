@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include "cli.h"
 #include "tzr_load.h"
@@ -16,6 +17,8 @@ static const char usage[] =
     "Writes the tensors of every input, in file order, to OUT as tensorizer's\n"
     "write_state_dict does (type state_dict, module index 0). Inputs are\n"
     ".safetensors files or .tensors files; OUT is a path or an s3:// URL.\n"
+    "A .tensors input's CRC32/SHA-256 are checked as it is read: a corrupt\n"
+    "input fails (exit 1) instead of coming out with fresh hashes.\n"
     "\n"
     "Options:\n"
     "  -o, --output OUT        the .tensors file to write (atomically)\n"
@@ -24,15 +27,16 @@ static const char usage[] =
     "                          (Argon2id, tensorizer's defaults)\n"
     "      --ca-bundle PEM     trust these CAs for https:// and s3:// (default:\n"
     "                          $AWS_CA_BUNDLE, else the system's)\n"
-    "      --index-bytes N     index reservation (default 262144, as tensorizer; with\n"
+    "      --index-bytes N     index reservation, 1 to 2^30 (default 262144, as tensorizer; with\n"
     "                          --compress, enough for the frame directory too)\n"
     "      --compress zstd[:L] zstd frames, byte planes for 2/4-byte dtypes (level L,\n"
-    "                          default 1); libtzr extension: tensorizer refuses such files\n"
-    "      --shards N          write N rank shards PREFIX-rank-0000k-of-0000N.tensors and\n"
+    "                          1 to 22, default 1); libtzr extension: tensorizer refuses such files\n"
+    "      --shards N          write N (1 to 99999) rank shards PREFIX-rank-0000k-of-0000N.tensors and\n"
     "                          the manifest PREFIX.tzr-index.json (PREFIX: OUT less .tensors)\n"
     "      --split-dim RULES   how --shards cuts tensors: \"glob=DIM,glob=replicate,...\"\n"
     "                          (default: dim 0 when it divides evenly and the tensor is\n"
-    "                          >= 1 MiB, else replicate on every shard)\n"
+    "                          >= 1 MiB, else replicate on every shard); a rule naming a\n"
+    "                          dimension a matching tensor lacks is refused\n"
     "  -q, --quiet             no progress or summary\n"
     "  -h, --help              this help;  --version  library version\n"
     "\n"
@@ -56,27 +60,40 @@ static uint64_t reserved_for(size_t name_len, size_t dtype_len, uint32_t ndim, u
     return 29 + name_len + dtype_len + 4 * (uint64_t)ndim + 26 + 4 * ((nbytes + (4u << 20) - 1) / (4u << 20));
 }
 
+/* --split-dim against one tensor: a bad rule, or one naming a dimension
+ * the tensor lacks, is a usage error found before anything is written. */
+static int rules_ok(const char *rules, const char *name, size_t name_len, uint32_t ndim) {
+    int dim;
+    if (!rules || tzr_shard_rule_dim(rules, name, name_len, ndim, &dim) >= 0) return 1;
+    cli_error("--split-dim '%s': %s", rules, tzr_last_error());
+    return 0;
+}
+
 /* One pass over the inputs: returns the bytes of the safetensors inputs
  * (the progress bar's total); when compressing, *index_bytes becomes a
  * reservation that also holds the frame directory, so readers get every
- * frame table at open, and at least tensorizer's 256 KiB. */
-static uint64_t scan_inputs(int argc, char **argv, int first, int compress, uint64_t *index_bytes) {
+ * frame table at open, and at least tensorizer's 256 KiB. *bad_rules is
+ * set when --split-dim does not fit some tensor (printed). */
+static uint64_t scan_inputs(int argc, char **argv, int first, int compress, uint64_t *index_bytes, const char *rules,
+                            int *bad_rules) {
     uint64_t total = 0, need = 16 + 4096; /* directory prefix, slack */
-    for (int i = first; i < argc; i++) {
+    for (int i = first; i < argc && !*bad_rules; i++) {
         if (is_tensors_file(argv[i])) {
             tzr_reader *r;
-            if (!compress || tzr_reader_open(&r, argv[i], NULL)) continue; /* errors: reported when added */
-            for (size_t k = 0; k < tzr_reader_count(r); k++) {
+            if ((!compress && !rules) || tzr_reader_open(&r, argv[i], NULL)) continue; /* errors: reported when added */
+            for (size_t k = 0; k < tzr_reader_count(r) && !*bad_rules; k++) {
                 const tzr_tensor_info *t = tzr_reader_tensor(r, k);
                 need += reserved_for(t->name_len, t->dtype_len, t->ndim, t->nbytes);
+                *bad_rules = !rules_ok(rules, t->name, t->name_len, t->ndim);
             }
             tzr_reader_free(r);
             continue;
         }
         tzr_st_file *f;
         if (tzr_st_open(&f, argv[i])) continue;
-        for (size_t k = 0; k < tzr_st_count(f); k++) {
+        for (size_t k = 0; k < tzr_st_count(f) && !*bad_rules; k++) {
             const tzr_st_tensor *t = tzr_st_get(f, k);
+            *bad_rules = !rules_ok(rules, t->name, t->name_len, t->ndim);
             size_t dlen = 0;
             tzr_dtype_string(t->dtype, &dlen);
             need += reserved_for(t->name_len, dlen, t->ndim, t->nbytes);
@@ -123,10 +140,13 @@ static int add_safetensors(tzr_writer *w, const char *path, progress_state *ps) 
 }
 
 /* Re-write a (plain) .tensors input tensor by tensor, keeping its names,
- * types, module indices and dtype strings. */
+ * types, module indices and dtype strings. Each tensor's stored hashes are
+ * checked in the read that feeds the writer: fresh hashes over corrupt
+ * bytes would make the corruption pass every later check. */
 static int add_tensors(tzr_writer *w, const char *path, progress_state *ps) {
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.read_headers = 1; /* module indices live in the headers */
+    ro.verify = 1;
     tzr_reader *r;
     int rc = tzr_reader_open(&r, path, &ro);
     if (rc) return rc;
@@ -186,15 +206,20 @@ int main(int argc, char **argv) {
         case O_KEY: if (cli_load_key_file(&key_material, optarg)) return EXIT_USAGE; break;
         case O_PW: if (cli_load_password_file(&key_material, optarg)) return EXIT_USAGE; break;
         case O_CA: if (cli_set_ca_bundle(optarg)) return EXIT_USAGE; break;
-        case O_INDEX: index_bytes = strtoull(optarg, NULL, 10); break;
-        case O_SHARDS: shards = atoi(optarg); break;
+        case O_INDEX: if (cli_uint("--index-bytes", optarg, 1, (uint64_t)1 << 30, &index_bytes)) return EXIT_USAGE; break;
+        case O_SHARDS: if (cli_int("--shards", optarg, 1, TZR_SHARD_MAX, &shards)) return EXIT_USAGE; break;
         case O_RULES: rules = optarg; break;
         case O_COMPRESS:
-            if (strncmp(optarg, "zstd", 4) != 0 || (optarg[4] && (optarg[4] != ':' || atoi(optarg + 5) < 1))) {
+            if (strncmp(optarg, "zstd", 4) != 0 || (optarg[4] && optarg[4] != ':')) {
                 cli_error("--compress: expected zstd or zstd:LEVEL, got '%s'", optarg);
                 return EXIT_USAGE;
             }
-            zlevel = optarg[4] ? atoi(optarg + 5) : 0;
+            zlevel = 0;
+            if (optarg[4]) {
+                char what[300];
+                snprintf(what, sizeof what, "--compress '%.200s': level", optarg);
+                if (cli_int(what, optarg + 5, 1, ZSTD_maxCLevel(), &zlevel)) return EXIT_USAGE;
+            }
             break;
         case 'q': quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
@@ -225,6 +250,7 @@ int main(int argc, char **argv) {
     /* With --shards, the inputs are first written as one temporary
      * .tensors file beside the output, then split (and removed). */
     char prefix[4096], joined[4200];
+    const char *target = output; /* what the user named, for messages */
     if (shards) {
         snprintf(prefix, sizeof prefix, "%s", output);
         size_t pl = strlen(prefix);
@@ -241,7 +267,9 @@ int main(int argc, char **argv) {
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     cli_crypt_apply(&key_material, &wo.crypt);
     wo.metadata_size = index_bytes;
-    uint64_t total = scan_inputs(argc, argv, optind, zlevel >= 0 && !index_bytes, &wo.metadata_size);
+    int bad_rules = 0;
+    uint64_t total = scan_inputs(argc, argv, optind, zlevel >= 0 && !index_bytes, &wo.metadata_size, rules, &bad_rules);
+    if (bad_rules) return EXIT_USAGE;
     if (zlevel >= 0) {
         wo.compression = TZR_COMPRESSION_ZSTD;
         wo.compression_level = zlevel;
@@ -261,7 +289,7 @@ int main(int argc, char **argv) {
         snprintf(msg, sizeof msg, "%s", tzr_last_error());
         tzr_writer_abort(w);
         cli_error("%s", msg);
-        cli_error("nothing was written to %s", output);
+        cli_error("nothing was written to %s", target);
         return EXIT_FAIL;
     }
     rc = tzr_writer_close(w);

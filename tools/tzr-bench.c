@@ -65,7 +65,27 @@ typedef struct cfg {
     double floor_gbps;
     int inflight;
     size_t range;
+    long inflights[16], ranges[16]; /* the sweep, parsed from the lists */
+    int ni, nr;
 } cfg;
+
+/* Every name in --cases is a case: one that is not would select nothing. */
+static int bad_cases(const char *list) {
+    static const char *known[] = {"raw", "host", "host-verify", "null", "null-verify", "peer"};
+    for (const char *p = list;;) {
+        size_t len = strcspn(p, ",");
+        int ok = 0;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+            ok |= strlen(known[k]) == len && strncmp(known[k], p, len) == 0;
+        if (!ok) {
+            cli_error("--cases: '%.*s' in '%s' is not one of raw,host,host-verify,null,null-verify,peer", (int)len, p,
+                      list);
+            return 1;
+        }
+        if (!p[len]) return 0;
+        p += len + 1;
+    }
+}
 
 /* --cases raw,host,host-verify,null,null-verify,peer (default: all). */
 static int wanted(const cfg *c, const char *name) {
@@ -464,25 +484,13 @@ static void header(const cfg *c) {
     printf("|-------------|--------------------------------|----------|---------|--------|-----------|\n");
 }
 
-/* Parse "4,8,16" into up to 16 numbers; returns the count. */
-static int parse_list(const char *s, long *out) {
-    int n = 0;
-    while (s && *s && n < 16) {
-        out[n++] = strtol(s, (char **)&s, 10);
-        if (*s == ',') s++;
-        else break;
-    }
-    return n;
-}
-
 /* --source URL: load from HTTP/S3 over a sweep of concurrency x range
  * size, reporting requests and retries; the floor (best external download
  * of the same object, measured by the caller in the same run) comes in
  * through --floor-gbps/--floor-name. */
 static int bench_source(cfg *c) {
-    long inflights[16], ranges[16];
-    int ni = parse_list(c->sweep_inflight ? c->sweep_inflight : "8,16,32", inflights);
-    int nr = parse_list(c->sweep_range ? c->sweep_range : "8,16", ranges);
+    const long *inflights = c->inflights, *ranges = c->ranges;
+    int ni = c->ni, nr = c->nr;
     case_kind k = c->sink && strcmp(c->sink, "host") == 0 ? C_HOST
                   : c->sink && strcmp(c->sink, "cuda") == 0 ? C_CUDA : C_NULL;
     if (!c->json) {
@@ -556,17 +564,25 @@ int main(int argc, char **argv) {
     int o;
     while ((o = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
         switch (o) {
-        case O_SIZE: c.size = strtoull(optarg, NULL, 10) << 20; break;
-        case O_LAYERS: c.layers = atoi(optarg); break;
-        case O_SMALL: c.small = strtoull(optarg, NULL, 10); break;
+        case O_SIZE:
+            if (cli_uint("--size-mib", optarg, 16, (uint64_t)1 << 24, &c.size)) return EXIT_USAGE;
+            c.size <<= 20;
+            break;
+        case O_LAYERS: if (cli_int("--layers", optarg, 1, 100000, &c.layers)) return EXIT_USAGE; break;
+        case O_SMALL: {
+            uint64_t v;
+            if (cli_uint("--small", optarg, 0, 100000000, &v)) return EXIT_USAGE;
+            c.small = (size_t)v;
+            break;
+        }
         case O_DIR: c.dir = optarg; break;
         case O_FILE: c.file = optarg; break;
         case O_COLD: c.cold = 1; break;
         case O_CUDA: c.cuda = 1; break;
-        case O_THREADS: c.threads = atoi(optarg); break;
-        case O_CHUNK: c.chunk = (size_t)strtoull(optarg, NULL, 10) << 20; break;
-        case O_RING: c.ring = (size_t)strtoull(optarg, NULL, 10) << 20; break;
-        case O_REPEAT: c.repeat = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
+        case O_THREADS: if (cli_int("--threads", optarg, 1, 64, &c.threads)) return EXIT_USAGE; break;
+        case O_CHUNK: if (cli_mib("--chunk-mib", optarg, 1, 4096, &c.chunk)) return EXIT_USAGE; break;
+        case O_RING: if (cli_mib("--ring-mib", optarg, 1, 65536, &c.ring)) return EXIT_USAGE; break;
+        case O_REPEAT: if (cli_int("--repeat", optarg, 1, 1000, &c.repeat)) return EXIT_USAGE; break;
         case O_KEEP: c.keep = 1; break;
         case O_SAMPLE: c.sample = optarg; break;
         case O_JSON: c.json = 1; break;
@@ -575,16 +591,21 @@ int main(int argc, char **argv) {
         case O_SW_INFLIGHT: c.sweep_inflight = optarg; break;
         case O_SW_RANGE: c.sweep_range = optarg; break;
         case O_SINK: c.sink = optarg; break;
-        case O_FLOOR: c.floor_gbps = atof(optarg); break;
+        case O_FLOOR: if (cli_double("--floor-gbps", optarg, 0, 1e6, &c.floor_gbps)) return EXIT_USAGE; break;
         case O_FLOOR_NAME: c.floor_name = optarg; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         default: fputs(usage, stderr); return EXIT_USAGE;
         }
     }
-    if (c.layers < 1 || c.size < ((uint64_t)16 << 20)) {
-        cli_error("--layers must be >= 1 and --size-mib >= 16");
+    if ((c.ni = cli_int_list("--inflight", c.sweep_inflight ? c.sweep_inflight : "8,16,32", 1, 1024, c.inflights,
+                             16)) < 0 ||
+        (c.nr = cli_int_list("--range-mib", c.sweep_range ? c.sweep_range : "8,16", 1, 4096, c.ranges, 16)) < 0)
+        return EXIT_USAGE;
+    if (c.sink && strcmp(c.sink, "null") && strcmp(c.sink, "host") && strcmp(c.sink, "cuda")) {
+        cli_error("--sink: '%s' is not null, host or cuda", c.sink);
         return EXIT_USAGE;
     }
+    if (c.cases && bad_cases(c.cases)) return EXIT_USAGE;
     if (c.source) return bench_source(&c);
     if (c.sample) {
         int rc = write_checkpoints(&c, NULL, c.sample);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include "cli.h"
 #include "tzr_load.h"
@@ -115,13 +116,16 @@ int bench_compress_main(int argc, char **argv, bench_write_fn write_fn) {
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
-        case 's': size = (uint64_t)strtoull(optarg, NULL, 10) << 20; break;
-        case 'l': layers = atoi(optarg); break;
+        case 's':
+            if (cli_uint("--size-mib", optarg, 1, (uint64_t)1 << 24, &size)) return EXIT_USAGE;
+            size <<= 20;
+            break;
+        case 'l': if (cli_int("--layers", optarg, 1, 100000, &layers)) return EXIT_USAGE; break;
         case 'd': dir = optarg; break;
-        case 'z': level = atoi(optarg); break;
-        case 'r': rate_mbps = atof(optarg); break;
-        case 't': threads = atoi(optarg); break;
-        case 'n': repeat = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
+        case 'z': if (cli_int("--level", optarg, 1, ZSTD_maxCLevel(), &level)) return EXIT_USAGE; break;
+        case 'r': if (cli_double("--rate-mbps", optarg, 0.001, 1e6, &rate_mbps)) return EXIT_USAGE; break;
+        case 't': if (cli_int("--threads", optarg, 1, 64, &threads)) return EXIT_USAGE; break;
+        case 'n': if (cli_int("--repeat", optarg, 1, 1000, &repeat)) return EXIT_USAGE; break;
         case 'k': keep = 1; break;
         case 'c': break;
         default: return 2;

@@ -11,18 +11,6 @@
 #include "cli.h"
 #include "tzr_comm.h"
 
-static uint64_t parse_size(const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1048576; break;
-    case 'g': case 'G': v *= 1073741824; break;
-    default: break;
-    }
-    return v > 0 ? (uint64_t)v : 0;
-}
-
 /* Rank 0: f32 tensors [rows, 256], rows a multiple of 24 (splits evenly
  * over 1, 2, 3, 4, 6, 8 ranks), pseudo-random data. */
 static int generate(const char *path, uint64_t size, int ntensors) {
@@ -83,11 +71,20 @@ int bench_ranks_main(int argc, char **argv) {
         if (!strcmp(a, "--ranks")) continue;
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--keep")) keep = 1;
-        else if (v && !strcmp(a, "--size")) size = parse_size(v), i++;
-        else if (v && !strcmp(a, "--file")) file = v, i++;
-        else if (v && !strcmp(a, "--tensors")) ntensors = atoi(v), i++;
-        else if (v && !strcmp(a, "--chunk")) chunk = parse_size(v), i++;
-        else if (v && !strcmp(a, "--reps")) reps = atoi(v), i++;
+        else if (v && !strcmp(a, "--size")) {
+            if (cli_bytes("--size", v, 1, (uint64_t)1 << 44, &size)) return EXIT_USAGE;
+            i++;
+        } else if (v && !strcmp(a, "--file")) file = v, i++;
+        else if (v && !strcmp(a, "--tensors")) {
+            if (cli_int("--tensors", v, 1, 1000000, &ntensors)) return EXIT_USAGE;
+            i++;
+        } else if (v && !strcmp(a, "--chunk")) {
+            if (cli_bytes("--chunk", v, 4096, (uint64_t)1 << 32, &chunk)) return EXIT_USAGE;
+            i++;
+        } else if (v && !strcmp(a, "--reps")) {
+            if (cli_int("--reps", v, 1, 1000, &reps)) return EXIT_USAGE;
+            i++;
+        }
         else if (v && !strcmp(a, "--modes")) modes = v, i++;
         else {
             fprintf(stderr, "bench --ranks: unknown option '%s'\n", a);

@@ -140,3 +140,106 @@ void cli_progress_end(cli_progress *p) {
 }
 
 int cli_match(const char *pattern, const char *name) { return fnmatch(pattern, name, 0) == 0; }
+
+/* ---- strict option values ------------------------------------------- */
+static int bad_value(const char *opt, const char *s, const char *what) {
+    cli_error("%s: '%s' is not %s", opt, s, what);
+    return -1;
+}
+
+/* Digits only (no sign, no spaces), no overflow. */
+static int parse_digits(const char *s, uint64_t *v) {
+    if (!*s) return -1;
+    uint64_t x = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        unsigned d = (unsigned)(*p - '0');
+        if (x > (UINT64_MAX - d) / 10) return -1;
+        x = x * 10 + d;
+    }
+    *v = x;
+    return 0;
+}
+
+int cli_uint(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
+    uint64_t v;
+    char what[96];
+    snprintf(what, sizeof what, "a whole number from %llu to %llu", (unsigned long long)lo, (unsigned long long)hi);
+    if (parse_digits(s, &v) || v < lo || v > hi) return bad_value(opt, s, what);
+    *out = v;
+    return 0;
+}
+
+int cli_int(const char *opt, const char *s, int lo, int hi, int *out) {
+    char what[96];
+    snprintf(what, sizeof what, "a whole number from %d to %d", lo, hi);
+    int neg = s[0] == '-' && lo < 0;
+    uint64_t v;
+    if (parse_digits(s + neg, &v) || v > (uint64_t)INT32_MAX + neg) return bad_value(opt, s, what);
+    long long x = neg ? -(long long)v : (long long)v;
+    if (x < lo || x > hi) return bad_value(opt, s, what);
+    *out = (int)x;
+    return 0;
+}
+
+int cli_mib(const char *opt, const char *s, uint64_t lo, uint64_t hi, size_t *bytes) {
+    uint64_t v;
+    if (hi > (SIZE_MAX >> 20)) hi = SIZE_MAX >> 20;
+    if (cli_uint(opt, s, lo, hi, &v)) return -1;
+    *bytes = (size_t)v << 20;
+    return 0;
+}
+
+/* strtod over the whole string, refusing what it skips or cannot read. */
+static int parse_real(const char *s, double *v, char **end) {
+    if (!*s || !strchr("0123456789.", s[0])) return -1;
+    errno = 0;
+    *v = strtod(s, end);
+    if (*end == s || errno == ERANGE || *v != *v || *v > 1e300) return -1;
+    return 0;
+}
+
+int cli_double(const char *opt, const char *s, double lo, double hi, double *out) {
+    double v;
+    char *end, what[96];
+    snprintf(what, sizeof what, "a number from %g to %g", lo, hi);
+    if (parse_real(s, &v, &end) || *end || v < lo || v > hi) return bad_value(opt, s, what);
+    *out = v;
+    return 0;
+}
+
+int cli_bytes(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
+    double v;
+    char *end, what[128];
+    snprintf(what, sizeof what, "a size from %llu to %llu bytes (suffix K, M or G allowed)",
+             (unsigned long long)lo, (unsigned long long)hi);
+    if (parse_real(s, &v, &end)) return bad_value(opt, s, what);
+    switch (*end) {
+    case 0: break;
+    case 'k': case 'K': v *= 1024, end++; break;
+    case 'm': case 'M': v *= 1048576, end++; break;
+    case 'g': case 'G': v *= 1073741824, end++; break;
+    default: return bad_value(opt, s, what);
+    }
+    if (*end || v < (double)lo || v > (double)hi) return bad_value(opt, s, what);
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int cli_int_list(const char *opt, const char *s, int lo, int hi, long *out, int cap) {
+    char item[32], what[96];
+    int n = 0;
+    snprintf(what, sizeof what, "a list of whole numbers from %d to %d, such as 8,16", lo, hi);
+    for (const char *p = s;; n++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        uint64_t v;
+        if (n == cap || len == 0 || len >= sizeof item) return bad_value(opt, s, what);
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (lo < 0 || parse_digits(item, &v) || v < (uint64_t)lo || v > (uint64_t)hi) return bad_value(opt, s, what);
+        out[n] = (long)v;
+        if (!comma) return n + 1;
+        p = comma + 1;
+    }
+}

@@ -47,6 +47,24 @@ void cli_progress_update(cli_progress *p, uint64_t done);
 void cli_progress_end(cli_progress *p);
 double cli_now(void);
 
+/* Strict option values: the whole of s must be the number, in [lo, hi];
+ * anything else (empty, a sign where none is allowed, spaces, a trailing
+ * suffix, overflow, out of range) prints "prog: OPT: 'S' is not ..." and
+ * returns -1, so the tool exits with a usage error instead of falling back
+ * to a default. Decimal digits only for the integer forms. */
+int cli_uint(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+int cli_int(const char *opt, const char *s, int lo, int hi, int *out);
+/* A count of MiB in [lo, hi], returned in bytes. */
+int cli_mib(const char *opt, const char *s, uint64_t lo, uint64_t hi, size_t *bytes);
+/* A finite decimal number ("2.5", "200") in [lo, hi]. */
+int cli_double(const char *opt, const char *s, double lo, double hi, double *out);
+/* A byte count with an optional binary suffix K, M or G ("512M", "1.5G"),
+ * in [lo, hi] bytes. */
+int cli_bytes(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+/* A comma-separated list of at most cap integers, each in [lo, hi] (lo >= 0);
+ * returns how many, or -1 (printed) when any is bad or there are too many. */
+int cli_int_list(const char *opt, const char *s, int lo, int hi, long *out, int cap);
+
 /* Shell-style glob match (fnmatch) used by --filter. */
 int cli_match(const char *pattern, const char *name);
 /* Human size, e.g. "1.50 GiB". */
