@@ -30,6 +30,8 @@ static const char usage[] =
     "      --password-file P   password (file contents less one trailing newline)\n"
     "      --ca-bundle PEM     trust these CAs for https:// and s3:// (default:\n"
     "                          $AWS_CA_BUNDLE, else the system's)\n"
+    "      --timeout SECONDS   http(s)/s3: fail a connect or a silent server after\n"
+    "                          SECONDS, retried (default 60, as the AWS CLI)\n"
     "      --threads N         pipeline threads (default: CPUs)\n"
     "      --chunk-mib N       read size in MiB (default 8; 16 from http(s)/s3)\n"
     "      --ring-mib N        staging memory budget in MiB (default 256)\n"
@@ -561,7 +563,7 @@ int main(int argc, char **argv) {
 
 /* Everything main does; main frees what o holds on every path. */
 static int run(opts *o, int argc, char **argv) {
-    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA };
+    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_TIMEOUT };
     static const struct option longs[] = {
         {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
         {"sha256", no_argument, 0, O_SHA},      {"verify", no_argument, 0, 'V'},
@@ -570,7 +572,8 @@ static int run(opts *o, int argc, char **argv) {
         {"threads", required_argument, 0, O_THREADS}, {"chunk-mib", required_argument, 0, O_CHUNK},
         {"ring-mib", required_argument, 0, O_RING}, {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
-        {"ca-bundle", required_argument, 0, O_CA}, {0, 0, 0, 0}};
+        {"ca-bundle", required_argument, 0, O_CA}, {"timeout", required_argument, 0, O_TIMEOUT},
+        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "lVo:f:qh", longs, NULL)) != -1) {
         switch (c) {
@@ -583,6 +586,7 @@ static int run(opts *o, int argc, char **argv) {
         case O_KEY: if (cli_load_key_file(&o->crypt, optarg)) return EXIT_USAGE; break;
         case O_PW: if (cli_load_password_file(&o->crypt, optarg)) return EXIT_USAGE; break;
         case O_CA: if (cli_set_ca_bundle(optarg)) return EXIT_USAGE; break;
+        case O_TIMEOUT: if (cli_set_timeout(optarg)) return EXIT_USAGE; break;
         case O_THREADS: o->threads = atoi(optarg); break;
         case O_CHUNK: o->chunk = (size_t)strtoull(optarg, NULL, 10) << 20; break;
         case O_RING: o->ring = (size_t)strtoull(optarg, NULL, 10) << 20; break;
