@@ -41,10 +41,19 @@ typedef struct tzr_http_options {
     int max_inflight;          /* concurrent GETs per read_at (0: 16) */
     double total_timeout_s;    /* budget for one read_at incl. retries (0: 300) */
     int max_retries;           /* per range (0: 8; -1: none) */
+    /* Added later; struct_size tells which fields a caller's struct has.
+     * Stall: a request whose server sends nothing for this long (no answer
+     * at all, or a body slower than 1 KiB/s) fails and is retried; one the
+     * server never answers is tried 3 times at most. Connect: limit for
+     * opening a connection. 0: $TZR_HTTP_TIMEOUT (seconds) when set, else
+     * 60 s as the AWS CLI's read and connect timeouts, cut to
+     * total_timeout_s / 4 so that retries fit in the budget. */
+    double stall_timeout_s;
+    double connect_timeout_s;
 } tzr_http_options;
 
 #define TZR_HTTP_OPTIONS_INIT \
-    { sizeof(tzr_http_options), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    { sizeof(tzr_http_options), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* Open an http(s):// or s3:// URL as a positional source. One HEAD at open
  * learns the size and ETag; every later ranged GET carries If-Match with
@@ -55,7 +64,12 @@ typedef struct tzr_http_options {
  * read_at and readv_at are thread-safe; large reads are split into ranges
  * of range_bytes fetched concurrently straight into the caller's buffers.
  * A 429/503 answer's Retry-After is the least wait before that range is
- * retried; one that would end past total_timeout_s fails the read at once. */
+ * retried; one that would end past total_timeout_s fails the read at once.
+ * Every range answer must carry the ETag seen at open (Last-Modified when
+ * there is no ETag): a server that ignores If-Match still cannot mix two
+ * versions (TZR_ECHANGED, not retried). Identity encoding is asked for and
+ * any other Content-Encoding is refused at once (TZR_EHTTP), as is a chain
+ * of more than 10 redirects ("redirect loop"). */
 TZR_API int tzr_source_open_url(tzr_source **out, const char *url, const tzr_http_options *opt);
 
 /* Ranged GETs issued so far by a source from tzr_source_open_url (the

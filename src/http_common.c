@@ -61,6 +61,16 @@ int tzr_http_common_new(tzr_http_common **out, const tzr_http_options *opt) {
     if (d.total_timeout_s <= 0) d.total_timeout_s = 300;
     if (d.max_retries == 0) d.max_retries = 8;
     if (d.max_retries < 0) d.max_retries = 0;
+    /* Stall and connect limits: given, else $TZR_HTTP_TIMEOUT (the tools'
+     * --timeout), else 60 s (the AWS CLI's) cut to a quarter of the
+     * budget so that a few retries fit in it. */
+    const char *env = getenv("TZR_HTTP_TIMEOUT");
+    double envt = env && *env ? strtod(env, NULL) : 0;
+    double dflt = envt > 0 ? envt : (d.total_timeout_s / 4 < 60 ? d.total_timeout_s / 4 : 60);
+    if (!(d.stall_timeout_s > 0)) d.stall_timeout_s = dflt;
+    if (!(d.connect_timeout_s > 0)) d.connect_timeout_s = dflt;
+    if (d.stall_timeout_s < 1) d.stall_timeout_s = 1; /* curl counts whole seconds */
+    if (d.connect_timeout_s < 0.2) d.connect_timeout_s = 0.2;
     c->opt = d;
     /* The caller's strings need not outlive the open call. */
     c->opt.access_key = c->opt.secret_key = c->opt.session_token = NULL;
@@ -141,17 +151,13 @@ void tzr_http_easy_common(tzr_http_common *c, void *easy, double remaining_s) {
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     /* A stalled server must not hang the load: fail a transfer that moves
-     * less than 1 KiB/s for low_speed seconds; it is then retried. */
-    double t = o->total_timeout_s;
-    long low_speed = (long)(t / 4);
-    if (low_speed > 30) low_speed = 30;
-    if (low_speed < 1) low_speed = 1;
+     * less than 1 KiB/s for the stall time (waiting for the answer
+     * included); it is then retried. */
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, low_speed);
-    long conn_ms = (long)(t * 1000 / 4);
-    if (conn_ms > 10000) conn_ms = 10000;
-    if (conn_ms < 200) conn_ms = 200;
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, conn_ms);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)(o->stall_timeout_s + 0.5));
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(o->connect_timeout_s * 1000));
+    /* A redirect to itself must not loop for ever. */
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, (long)TZR_HTTP_MAX_REDIRS);
     long rem_ms = (long)(remaining_s * 1000);
     if (rem_ms < 1) rem_ms = 1;
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, rem_ms);
@@ -206,6 +212,10 @@ const char *tzr_http_curl_hint(int cc) {
     return "";
 }
 
+int tzr_http_encoded(const char *ce) {
+    return ce && *ce && strcasecmp(ce, "identity") != 0;
+}
+
 int tzr_http_status_retryable(long s) {
     return s == 408 || s == 429 || s == 500 || s == 502 || s == 503 || s == 504;
 }
@@ -248,8 +258,13 @@ static size_t call_header(char *b, size_t sz, size_t n, void *u) {
     size_t len = sz * n;
     if (len >= 5 && strncmp(b, "HTTP/", 5) == 0) {
         c->etag[0] = c->content_range[0] = c->location[0] = 0;
+        c->last_modified[0] = c->content_encoding[0] = 0;
         c->content_length = -1;
         c->retry_after = -1;
+    } else if (len > 14 && strncasecmp(b, "Last-Modified:", 14) == 0) {
+        tzr_http_copy_hval(c->last_modified, sizeof c->last_modified, b + 14, len - 14);
+    } else if (len > 17 && strncasecmp(b, "Content-Encoding:", 17) == 0) {
+        tzr_http_copy_hval(c->content_encoding, sizeof c->content_encoding, b + 17, len - 17);
     } else if (len > 12 && strncasecmp(b, "Retry-After:", 12) == 0) {
         char v[64];
         tzr_http_copy_hval(v, sizeof v, b + 12, len - 12);
@@ -319,7 +334,7 @@ int tzr_http_perform(tzr_http_common *cm, tzr_http_call *c) {
         ph = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
     }
     char errbuf[CURL_ERROR_SIZE];
-    int last_cc = 0;
+    int last_cc = 0, noanswer = 0;
     c->status = 0;
     for (c->attempts = 1;; c->attempts++) {
         double rem = c->deadline - tzr_now_s();
@@ -334,6 +349,7 @@ int tzr_http_perform(tzr_http_common *cm, tzr_http_call *c) {
         tzr_http_call_reset(c);
         c->status = 0;
         c->etag[0] = c->content_range[0] = c->location[0] = 0;
+        c->last_modified[0] = c->content_encoding[0] = 0;
         c->content_length = -1;
         c->retry_after = -1;
         struct curl_slist *hdrs = NULL;
@@ -391,6 +407,13 @@ int tzr_http_perform(tzr_http_common *cm, tzr_http_call *c) {
         free(url);
         if (!errbuf[0]) snprintf(errbuf, sizeof errbuf, "%s", curl_easy_strerror(cc));
         int retry;
+        if (cc == CURLE_TOO_MANY_REDIRECTS)
+            return tzr_fail(TZR_EHTTP, "%s: %s: redirect loop (more than %d redirects)", what,
+                            c->method, TZR_HTTP_MAX_REDIRS);
+        if (cc == CURLE_OPERATION_TIMEDOUT && st == 0 &&
+            ++noanswer >= TZR_HTTP_NOANSWER_TRIES)
+            return tzr_fail(TZR_ENET, "%s: %s: no answer from the server, %d tries (%s)", what,
+                            c->method, noanswer, errbuf);
         if (cc != CURLE_OK) {
             last_cc = (int)cc;
             retry = tzr_http_curl_retryable((int)cc);

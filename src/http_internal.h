@@ -113,8 +113,9 @@ TZR_HIDDEN const tzr_http_options *tzr_http_common_opts(const tzr_http_common *c
 TZR_HIDDEN void *tzr_http_easy_get(tzr_http_common *c);
 TZR_HIDDEN void tzr_http_easy_put(tzr_http_common *c, void *easy);
 /* Options every request gets: share, TLS (CA bundle from the options, else
- * $AWS_CA_BUNDLE, else the system's), connect/low-speed timeouts, an
- * overall timeout of remaining_s, no signals, no compression. */
+ * $AWS_CA_BUNDLE, else the system's), connect/stall timeouts, an
+ * overall timeout of remaining_s, at most TZR_HTTP_MAX_REDIRS redirects,
+ * no signals, no compression. */
 TZR_HIDDEN void tzr_http_easy_common(tzr_http_common *c, void *easy, double remaining_s);
 TZR_HIDDEN double tzr_now_s(void);
 /* Delay before retry number attempt (1-based): exponential, full jitter. */
@@ -131,6 +132,15 @@ TZR_HIDDEN double tzr_http_retry_delay_s(int attempt, long status, double retry_
 TZR_HIDDEN const char *tzr_http_curl_hint(int curlcode);
 TZR_HIDDEN int tzr_http_status_retryable(long status);
 TZR_HIDDEN int tzr_http_curl_retryable(int curlcode);
+/* Redirects followed per request; more is reported as a redirect loop. */
+#define TZR_HTTP_MAX_REDIRS 10
+/* Attempts at a request the server never answers (stall timeout before
+ * any response byte): a server that accepts and stays silent fails after
+ * this many stall timeouts, not after every retry of the budget. */
+#define TZR_HTTP_NOANSWER_TRIES 3
+/* 1 if a Content-Encoding value is other than identity (the body would
+ * not be the object's bytes). */
+TZR_HIDDEN int tzr_http_encoded(const char *content_encoding);
 
 /* One blocking request with retries (429/5xx/transport errors, re-signed
  * every attempt, waiting at least a 429/503's Retry-After) until
@@ -161,6 +171,8 @@ typedef struct tzr_http_call {
     char *resp;                         /* body (capped at 1 MiB), NUL-ended */
     size_t resp_len;
     int attempts;
+    char last_modified[64];
+    char content_encoding[64];
 } tzr_http_call;
 TZR_HIDDEN int tzr_http_perform(tzr_http_common *c, tzr_http_call *call);
 TZR_HIDDEN void tzr_http_call_reset(tzr_http_call *call); /* frees resp */

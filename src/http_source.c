@@ -6,10 +6,11 @@
  * (bounds-checked, Content-Range verified) and retries a failed range from
  * the bytes already received, re-signed, with exponential backoff and
  * jitter (at least the server's Retry-After on 429/503), within
- * total_timeout_s. Every GET carries If-Match with the ETag seen at open: a
- * replaced object gives TZR_ECHANGED. Easy handles come from a pool;
- * connections, DNS and TLS sessions are shared through a locked CURLSH, so
- * reads are safe from many threads. */
+ * total_timeout_s. Every GET carries If-Match with the ETag seen at open and
+ * every answer's ETag (or Last-Modified) must be that one: a replaced
+ * object gives TZR_ECHANGED even from a server that ignores If-Match.
+ * Easy handles come from a pool; connections, DNS and TLS sessions are
+ * shared through a locked CURLSH, so reads are safe from many threads. */
 #include "http_internal.h"
 #include "source_path.h"
 
@@ -27,6 +28,7 @@ typedef struct http_src {
     tzr_s3_config cfg;
     tzr_s3_target tgt;
     char *etag;      /* NULL when the server sent none */
+    char *last_modified; /* the pin when there is no ETag; NULL: none */
     char *if_match;  /* "If-Match: <etag>" */
     tzr_http_common *common;
     _Atomic uint64_t requests, retries; /* for tzr_source_http_stats */
@@ -47,6 +49,7 @@ typedef struct range_task {
     size_t got;     /* bytes already in the iovecs */
     size_t got_at_start;
     int attempts;
+    int noanswer;   /* attempts that timed out before any answer */
     double next_at;
     int active, done;
     CURL *easy;
@@ -58,6 +61,9 @@ typedef struct range_task {
     int checked;    /* status + Content-Range validated for this attempt */
     int bad;        /* fatal validation failure: TZR_E* code */
     char cr[128];
+    char etag[256]; /* this answer's validators and encoding */
+    char lm[64];
+    char ce[64];
     char errbody[2048];
     size_t errlen;
     char errbuf[CURL_ERROR_SIZE];
@@ -78,11 +84,17 @@ static size_t rt_header(char *b, size_t sz, size_t n, void *u) {
     range_task *t = u;
     size_t len = sz * n;
     if (len >= 5 && strncmp(b, "HTTP/", 5) == 0) {
-        t->cr[0] = 0;
+        t->cr[0] = t->etag[0] = t->lm[0] = t->ce[0] = 0;
         t->checked = 0;
         t->retry_after = -1;
     } else if (len > 14 && strncasecmp(b, "Content-Range:", 14) == 0) {
         tzr_http_copy_hval(t->cr, sizeof t->cr, b + 14, len - 14);
+    } else if (len > 5 && strncasecmp(b, "ETag:", 5) == 0) {
+        tzr_http_copy_hval(t->etag, sizeof t->etag, b + 5, len - 5);
+    } else if (len > 14 && strncasecmp(b, "Last-Modified:", 14) == 0) {
+        tzr_http_copy_hval(t->lm, sizeof t->lm, b + 14, len - 14);
+    } else if (len > 17 && strncasecmp(b, "Content-Encoding:", 17) == 0) {
+        tzr_http_copy_hval(t->ce, sizeof t->ce, b + 17, len - 17);
     } else if (len > 12 && strncasecmp(b, "Retry-After:", 12) == 0) {
         char v[64];
         tzr_http_copy_hval(v, sizeof v, b + 12, len - 12);
@@ -91,12 +103,41 @@ static size_t rt_header(char *b, size_t sz, size_t n, void *u) {
     return len;
 }
 
+/* 0 if a 2xx answer is the pinned object's bytes as stored; else the
+ * error. A server that ignores If-Match still names the version it sends:
+ * its ETag (Last-Modified when either side has no ETag) must be the one
+ * seen at open. Neither compression nor a new version is cured by a retry. */
+static int rt_check_object(range_task *t, uint64_t a, uint64_t b) {
+    http_src *h = t->h;
+    if (tzr_http_encoded(t->ce))
+        return tzr_fail(TZR_EHTTP,
+                        "%s: bytes %" PRIu64 "-%" PRIu64 " came with Content-Encoding '%s' although"
+                        " identity was asked for; refusing the encoded body",
+                        h->name, a, b, t->ce);
+    if (h->etag && t->etag[0]) {
+        if (strcmp(h->etag, t->etag) != 0)
+            return tzr_fail(TZR_ECHANGED,
+                            "%s: the object changed during the load: bytes %" PRIu64 "-%" PRIu64
+                            " came with ETag %s, not %s as at open (the server ignored If-Match)",
+                            h->name, a, b, t->etag, h->etag);
+    } else if (h->last_modified && t->lm[0] && strcmp(h->last_modified, t->lm) != 0) {
+        return tzr_fail(TZR_ECHANGED,
+                        "%s: the object changed during the load: bytes %" PRIu64 "-%" PRIu64
+                        " came with Last-Modified '%s', not '%s' as at open",
+                        h->name, a, b, t->lm, h->last_modified);
+    }
+    return 0;
+}
+
 /* Decide at the first body byte whether this response's body is ours. */
 static void rt_check(range_task *t) {
     t->checked = 1;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
     uint64_t want_start = t->off + t->got, want_end = t->off + t->len - 1;
     uint64_t size = t->h->base.size;
+    if ((t->status == 200 || t->status == 206) &&
+        (t->bad = rt_check_object(t, want_start, want_end)))
+        return;
     if (t->status == 206) {
         unsigned long long a, b, total;
         if (sscanf(t->cr, "bytes %llu-%llu/%llu", &a, &b, &total) != 3) {
@@ -174,6 +215,12 @@ static size_t rt_write(char *b, size_t sz, size_t n, void *u) {
 
 static int rt_prepare(range_task *t, double remaining) {
     http_src *h = t->h;
+    /* A finished range is never asked for again: "bytes=N-(N-1)" is an
+     * inverted range that servers answer with 416. */
+    if (t->got >= t->len)
+        return tzr_fail(TZR_EINVAL, "%s: internal error: range %" PRIu64 "-%" PRIu64
+                        " restarted after all its bytes arrived",
+                        h->name, t->off, t->off + t->len - 1);
     curl_slist_free_all(t->hdrs);
     t->hdrs = NULL;
     free(t->url);
@@ -214,7 +261,7 @@ static int rt_prepare(range_task *t, double remaining) {
     t->retry_after = -1;
     t->checked = 0;
     t->bad = 0;
-    t->cr[0] = 0;
+    t->cr[0] = t->etag[0] = t->lm[0] = t->ce[0] = 0;
     t->errlen = 0;
     t->errbody[0] = 0;
     t->got_at_start = t->got;
@@ -233,6 +280,18 @@ static int rt_finish(range_task *t, CURLcode cc) {
     if (t->bad) return t->bad;
     t->status = st; /* also for bodiless answers (503 with no body) */
     if (!t->errbuf[0]) snprintf(t->errbuf, sizeof t->errbuf, "%s", curl_easy_strerror(cc));
+    /* Every byte of the range arrived and was checked: done, even when the
+     * transfer then failed (a chunked body cut before its last chunk, a
+     * Content-Length larger than the body: curl error 18). */
+    if ((st == 200 || st == 206) && t->checked && t->got == t->len) return 0;
+    if (cc == CURLE_TOO_MANY_REDIRECTS)
+        return tzr_fail(TZR_EHTTP, "%s: GET bytes %" PRIu64 "-%" PRIu64
+                        ": redirect loop (more than %d redirects)",
+                        h->name, t->off + t->got, t->off + t->len - 1, TZR_HTTP_MAX_REDIRS);
+    if (cc == CURLE_OPERATION_TIMEDOUT && st == 0 && ++t->noanswer >= TZR_HTTP_NOANSWER_TRIES)
+        return tzr_fail(TZR_ENET, "%s: GET bytes %" PRIu64 "-%" PRIu64
+                        ": no answer from the server, %d tries (%s)",
+                        h->name, t->off + t->got, t->off + t->len - 1, t->noanswer, t->errbuf);
     if (cc == CURLE_OK && (st == 200 || st == 206)) {
         if (t->got == t->len) return 0;
         snprintf(t->errbuf, sizeof t->errbuf, "short body: %zu of %zu bytes", t->got - t->got_at_start,
@@ -488,6 +547,7 @@ static void http_destroy(tzr_source *s) {
     free(h->name);
     free(h->url);
     free(h->etag);
+    free(h->last_modified);
     free(h->if_match);
     free(h);
 }
@@ -537,7 +597,19 @@ static int http_probe(http_src *h) {
         tzr_http_call_reset(&c);
         return tzr_fail(TZR_EHTTP, "%s: server reported no object size", h->name);
     }
+    if (tzr_http_encoded(c.content_encoding)) {
+        rc = tzr_fail(TZR_EHTTP,
+                      "%s: the server answers with Content-Encoding '%s' although identity was"
+                      " asked for; its bytes would not be the object's",
+                      h->name, c.content_encoding);
+        tzr_http_call_reset(&c);
+        return rc;
+    }
     h->base.size = (uint64_t)size;
+    if (c.last_modified[0] && !(h->last_modified = strdup(c.last_modified))) {
+        tzr_http_call_reset(&c);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
     if (c.etag[0]) {
         h->etag = strdup(c.etag);
         size_t n = strlen(c.etag) + 12;

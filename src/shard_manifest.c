@@ -1,6 +1,7 @@
 /* The manifest and sidecar JSON (formats/shards.md): writing and parsing a
  * shard table, and merging the per-shard sidecars into the manifest. */
 #include "shard_internal.h"
+#include "source_path.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -188,15 +189,42 @@ static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *pat
     return 0;
 }
 
+/* The whole JSON text at path, a local file or an http(s)/s3 URL: a
+ * manifest goes wherever a checkpoint file does. */
+static int json_bytes(const char *path, char **out, size_t *len) {
+    *out = NULL;
+    tzr_source *src = NULL;
+    int rc = tzr_source_open_path(&src, path, 0);
+    if (rc == TZR_ENOTFOUND && !tzr_is_url(path))
+        return tzr_fail(TZR_EIO, "cannot open '%s': No such file or directory", path);
+    if (rc) return rc;
+    if (src->size > (256u << 20)) {
+        rc = tzr_fail(TZR_EFORMAT, "%s: %llu bytes is too large for a shard manifest", path,
+                      (unsigned long long)src->size);
+    } else if (!(*out = malloc(src->size ? (size_t)src->size : 1))) {
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    } else {
+        *len = (size_t)src->size;
+        rc = src->read_at(src, *out, *len, 0);
+    }
+    tzr_source_free(src);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 int shard_json_read(const char *path, shard_table *tb, int *sidecar_shard) {
     memset(tb, 0, sizeof *tb);
+    char *text;
+    size_t tlen = 0;
+    int rc = json_bytes(path, &text, &tlen);
+    if (rc) return rc;
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_ALLOW_NUL, &jerr);
-    if (!root) {
-        if (access(path, F_OK) != 0) return tzr_fail(TZR_EIO, "cannot open '%s': %s", path, jerr.text);
-        return tzr_fail(TZR_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
-    }
-    int rc = 0;
+    json_t *root = json_loadb(text, tlen, JSON_ALLOW_NUL, &jerr);
+    free(text);
+    if (!root) return tzr_fail(TZR_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
     const char *fmt = json_string_value(json_object_get(root, "format"));
     json_t *jv = json_object_get(root, "version"), *jn = json_object_get(root, "shard_count");
     json_t *jsh = json_object_get(root, "shards"), *jt = json_object_get(root, "tensors");

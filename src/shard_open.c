@@ -2,15 +2,18 @@
  * every shard file is opened and must hold each slice the manifest gives
  * it, with the same dtype and the expected local shape. A plain .tensors
  * file opens as a one-shard set holding everything replicated. */
+#include "http_internal.h"
 #include "shard_internal.h"
+#include "source_path.h"
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <strings.h>
 
+/* Ends with suffix (a URL: before its query string). */
 static int ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
+    size_t a = tzr_is_url(s) ? strcspn(s, "?#") : strlen(s), b = strlen(suffix);
+    return a >= b && strncmp(s + a - b, suffix, b) == 0;
 }
 
 static int open_plain(tzr_shard_set *s, const char *path) {
@@ -35,19 +38,45 @@ static int open_plain(tzr_shard_set *s, const char *path) {
     return 0;
 }
 
-static int check_shard(tzr_shard_set *s, int k, const char *dir) {
+/* Where shard file NAME of the manifest at path lives: next to it, in
+ * the same directory or under the same URL prefix (query string dropped;
+ * an http(s) name is percent-encoded, an s3:// key is raw). */
+static int shard_location(const char *manifest, const char *name, char *buf, size_t cap) {
+    int url = tzr_is_url(manifest);
+    size_t end = url ? strcspn(manifest, "?#") : strlen(manifest);
+    size_t dir = end;
+    while (dir > 0 && manifest[dir - 1] != '/') dir--;
+    char *enc = NULL;
+    if (url && strncasecmp(manifest, "s3://", 5) != 0 && !(enc = tzr_uri_encode(name, strlen(name), 0)))
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    int n = snprintf(buf, cap, "%.*s%s", (int)dir, manifest, enc ? enc : name);
+    free(enc);
+    if (n < 0 || (size_t)n >= cap) return tzr_fail(TZR_EINVAL, "%s: shard path too long", manifest);
+    return 0;
+}
+
+static int check_shard(tzr_shard_set *s, int k) {
     char path[8300], what[64];
     snprintf(what, sizeof what, "shard %d of %d", k, s->tb.nshards);
     if (!s->tb.files[k]) return tzr_fail(TZR_EFORMAT, "%s: %s has no file entry", s->path, what);
-    snprintf(path, sizeof path, "%s%s", dir, s->tb.files[k]);
-    struct stat st;
-    if (stat(path, &st) != 0) return tzr_fail(TZR_EIO, "%s: %s: shard file '%s' is missing", s->path, what, path);
-    if ((uint64_t)st.st_size != s->tb.sizes[k])
+    int rc = shard_location(s->path, s->tb.files[k], path, sizeof path);
+    if (rc) return rc;
+    /* Through the source layer: a shard next to a manifest URL is a URL. */
+    tzr_source *src = NULL;
+    rc = tzr_source_open_path(&src, path, 0);
+    if (rc == TZR_ENOTFOUND)
+        return tzr_fail(tzr_is_url(path) ? TZR_ENOTFOUND : TZR_EIO, "%s: %s: shard file '%s' is missing",
+                        s->path, what, path);
+    if (rc) return tzr_fail_prefix(rc, "%s: ", what);
+    if (src->size != s->tb.sizes[k]) {
+        unsigned long long have = (unsigned long long)src->size;
+        tzr_source_free(src);
         return tzr_fail(TZR_EFORMAT, "%s: %s: '%s' has %llu bytes but the manifest says %llu", s->path, what, path,
-                        (unsigned long long)st.st_size, (unsigned long long)s->tb.sizes[k]);
+                        have, (unsigned long long)s->tb.sizes[k]);
+    }
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.verify = s->verify;
-    int rc = tzr_reader_open(&s->readers[k], path, &ro);
+    rc = tzr_reader_open_source(&s->readers[k], src, &ro); /* takes src */
     if (rc) return tzr_fail_prefix(rc, "%s: ", what);
     tzr_reader *r = s->readers[k];
     for (size_t i = 0; i < s->tb.n; i++) {
@@ -94,12 +123,7 @@ int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_o
         if (!rc) rc = shard_table_validate(&s->tb, path);
         if (!rc && !(s->readers = calloc((size_t)s->tb.nshards, sizeof *s->readers)))
             rc = tzr_fail(TZR_ENOMEM, "out of memory");
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash) slash[1] = 0;
-        else dir[0] = 0;
-        for (int k = 0; k < s->tb.nshards && !rc; k++) rc = check_shard(s, k, dir);
+        for (int k = 0; k < s->tb.nshards && !rc; k++) rc = check_shard(s, k);
     }
     if (rc) {
         if (rc == TZR_ENOMEM && !*tzr_last_error()) tzr_fail(rc, "out of memory");

@@ -35,6 +35,8 @@ static const char usage[] =
     "      --password-file P   password (file contents less one trailing newline)\n"
     "      --ca-bundle PEM     trust these CAs for https:// and s3:// (default:\n"
     "                          $AWS_CA_BUNDLE, else the system's)\n"
+    "      --timeout SECONDS   http(s)/s3: fail a connect or a silent server after\n"
+    "                          SECONDS, retried (default 60, as the AWS CLI)\n"
     "      --threads N         pipeline threads, 1 to 64 (default: CPUs)\n"
     "      --chunk-mib N       read size in MiB, 1 to 4096 (default 8; 16 from http(s)/s3)\n"
     "      --ring-mib N        staging memory budget in MiB, 1 to 65536 (default 256)\n"
@@ -603,7 +605,7 @@ int main(int argc, char **argv) {
 
 /* Everything main does; main frees what o holds on every path. */
 static int run(opts *o, int argc, char **argv) {
-    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_NO_VERIFY };
+    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_NO_VERIFY, O_TIMEOUT };
     static const struct option longs[] = {
         {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
         {"sha256", no_argument, 0, O_SHA},      {"verify", no_argument, 0, 'V'},
@@ -613,6 +615,7 @@ static int run(opts *o, int argc, char **argv) {
         {"ring-mib", required_argument, 0, O_RING}, {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
         {"ca-bundle", required_argument, 0, O_CA}, {"no-verify", no_argument, 0, O_NO_VERIFY},
+        {"timeout", required_argument, 0, O_TIMEOUT},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "lVo:f:qh", longs, NULL)) != -1) {
@@ -626,6 +629,7 @@ static int run(opts *o, int argc, char **argv) {
         case O_KEY: if (cli_load_key_file(&o->crypt, optarg)) return EXIT_USAGE; break;
         case O_PW: if (cli_load_password_file(&o->crypt, optarg)) return EXIT_USAGE; break;
         case O_CA: if (cli_set_ca_bundle(optarg)) return EXIT_USAGE; break;
+        case O_TIMEOUT: if (cli_set_timeout(optarg)) return EXIT_USAGE; break;
         case O_THREADS: if (cli_int("--threads", optarg, 1, 64, &o->threads)) return EXIT_USAGE; break;
         case O_CHUNK: if (cli_mib("--chunk-mib", optarg, 1, 4096, &o->chunk)) return EXIT_USAGE; break;
         case O_RING: if (cli_mib("--ring-mib", optarg, 1, 65536, &o->ring)) return EXIT_USAGE; break;

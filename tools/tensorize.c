@@ -27,6 +27,8 @@ static const char usage[] =
     "                          (Argon2id, tensorizer's defaults)\n"
     "      --ca-bundle PEM     trust these CAs for https:// and s3:// (default:\n"
     "                          $AWS_CA_BUNDLE, else the system's)\n"
+    "      --timeout SECONDS   http(s)/s3: fail a connect or a silent server after\n"
+    "                          SECONDS, retried (default 60, as the AWS CLI)\n"
     "      --index-bytes N     index reservation, 1 to 2^30 (default 262144, as tensorizer; with\n"
     "                          --compress, enough for the frame directory too)\n"
     "      --compress zstd[:L] zstd frames, byte planes for 2/4-byte dtypes (level L,\n"
@@ -186,7 +188,7 @@ int main(int argc, char **argv) {
     int shards = 0;
     const char *rules = NULL;
     int zlevel = -1; /* --compress: zstd level (0 = default) */
-    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA };
+    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA, O_TIMEOUT };
     static const struct option longs[] = {{"output", required_argument, 0, 'o'},
                                           {"key-file", required_argument, 0, O_KEY},
                                           {"password-file", required_argument, 0, O_PW},
@@ -195,6 +197,7 @@ int main(int argc, char **argv) {
                                           {"split-dim", required_argument, 0, O_RULES},
                                           {"compress", required_argument, 0, O_COMPRESS},
                                           {"ca-bundle", required_argument, 0, O_CA},
+                                          {"timeout", required_argument, 0, O_TIMEOUT},
                                           {"quiet", no_argument, 0, 'q'},
                                           {"help", no_argument, 0, 'h'},
                                           {"version", no_argument, 0, O_VERSION},
@@ -206,6 +209,7 @@ int main(int argc, char **argv) {
         case O_KEY: if (cli_load_key_file(&key_material, optarg)) return EXIT_USAGE; break;
         case O_PW: if (cli_load_password_file(&key_material, optarg)) return EXIT_USAGE; break;
         case O_CA: if (cli_set_ca_bundle(optarg)) return EXIT_USAGE; break;
+        case O_TIMEOUT: if (cli_set_timeout(optarg)) return EXIT_USAGE; break;
         case O_INDEX: if (cli_uint("--index-bytes", optarg, 1, (uint64_t)1 << 30, &index_bytes)) return EXIT_USAGE; break;
         case O_SHARDS: if (cli_int("--shards", optarg, 1, TZR_SHARD_MAX, &shards)) return EXIT_USAGE; break;
         case O_RULES: rules = optarg; break;

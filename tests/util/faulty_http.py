@@ -18,9 +18,22 @@ The first path component selects a fault mode: /MODE/NAME serves DIR/NAME.
   die      after 3 GETs the server process exits
   norange  ignores Range (always 200 with the whole file)
   longer   answers 206 with one more byte than asked for
+  replace  after 3 GETs the object is replaced (ETag "v2", other bytes) and
+           If-Match is ignored, as some servers do
+  replacelm  no ETag; after 3 GETs Last-Modified changes, other bytes
+  chunkcut answers 206 chunked and closes before the final empty chunk
+  shortbody  Content-Length one larger than the body sent, then closes
+  loop     every request answers 302 to itself
+  loopget  HEAD is fine, every GET answers 302 to itself
+  gzip     GETs answer with a gzip-encoded body (Content-Encoding: gzip)
+  gziphead HEAD says Content-Encoding: gzip
+  silent   reads every request and never answers (closes after 30 s)
+  silentget  HEAD is fine, GETs are never answered
+An inverted range (bytes=N-M with M < N) answers 416, as nginx does.
 Every request is logged to DIR/requests.log as "METHOD PATH RANGE TIME"
 (TIME: seconds on the monotonic clock, when the request arrived).
 """
+import gzip
 import os
 import sys
 import threading
@@ -30,6 +43,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ROOT = sys.argv[1]
 LOCK = threading.Lock()
 COUNTS = {}
+FLIP = bytes(i ^ 0xFF for i in range(256))
+LM1 = "Mon, 01 Jan 2024 00:00:00 GMT"
+LM2 = "Tue, 02 Jan 2024 00:00:00 GMT"
 SEEN = set()
 
 
@@ -77,16 +93,32 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
+    def _silent(self):
+        time.sleep(30)
+        self.close_connection = True
+
+    def _loop(self):
+        self._send_simple(302, {"Location": self.path})
+
     def do_HEAD(self):
         self._log()
         mode, path = self._resolve()
         if not path:
             return self._send_simple(404)
+        if mode == "silent":
+            return self._silent()
+        if mode == "loop":
+            return self._loop()
         size = os.path.getsize(path)
         self.send_response(200)
         self.send_header("Content-Length", str(size))
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", '"v1"')
+        if mode == "replacelm":
+            self.send_header("Last-Modified", LM1)
+        else:
+            self.send_header("ETag", '"v1"')
+        if mode == "gziphead":
+            self.send_header("Content-Encoding", "gzip")
         self.end_headers()
 
     def do_GET(self):
@@ -94,15 +126,20 @@ class H(BaseHTTPRequestHandler):
         mode, path = self._resolve()
         if not path:
             return self._send_simple(404)
+        if mode in ("silent", "silentget"):
+            return self._silent()
+        if mode in ("loop", "loopget"):
+            return self._loop()
         n = bump(mode)
         size = os.path.getsize(path)
         etag = '"v1"'
-        if mode == "etag" and n > 3:
+        if mode in ("etag", "replace") and n > 3:
             etag = '"v2"'
+        replaced = mode in ("replace", "replacelm") and n > 3
         if mode == "die" and n > 3:
             os._exit(0)
         im = self.headers.get("If-Match")
-        if im is not None and im != etag:
+        if im is not None and im != etag and mode != "replace":
             return self._send_simple(412)
         if mode == "e503" and n % 2 == 0:
             return self._send_simple(503)
@@ -121,11 +158,13 @@ class H(BaseHTTPRequestHandler):
             a, b = spec.split("-", 1)
             start = int(a)
             end = min(int(b), size - 1) if b else size - 1
-            if start >= size:
+            if start >= size or (b and int(b) < start):
                 return self._send_simple(416, {"Content-Range": "bytes */%d" % size})
             code = 206
         length = end - start + 1
-        send_len = length + 1 if mode == "longer" else length
+        if mode in ("replace", "replacelm", "chunkcut", "gzip"):
+            return self._send_body(mode, path, start, length, size, code, etag, replaced)
+        send_len = length + 1 if mode in ("longer", "shortbody") else length
         self.send_response(code)
         self.send_header("Content-Length", str(send_len))
         self.send_header("ETag", etag)
@@ -149,6 +188,41 @@ class H(BaseHTTPRequestHandler):
             if mode == "stall":
                 time.sleep(60)
             self.close_connection = True
+        if mode == "shortbody":
+            self.close_connection = True
+
+    def _send_body(self, mode, path, start, length, size, code, etag, replaced):
+        """Whole-range answers of the replace, chunkcut and gzip modes."""
+        with open(path, "rb") as f:
+            f.seek(start)
+            body = f.read(length)
+        if replaced:
+            body = body.translate(FLIP)
+        if mode == "gzip":
+            body = gzip.compress(body, 1)
+        self.send_response(code)
+        if mode == "replacelm":
+            self.send_header("Last-Modified", LM2 if replaced else LM1)
+        else:
+            self.send_header("ETag", etag)
+        if code == 206:
+            self.send_header("Content-Range", "bytes %d-%d/%d" % (start, start + length - 1, size))
+        if mode == "gzip":
+            self.send_header("Content-Encoding", "gzip")
+        if mode == "chunkcut":
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if mode == "chunkcut":
+            for i in range(0, len(body), 1 << 16):
+                piece = body[i:i + (1 << 16)]
+                self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            # no final "0\r\n\r\n": the body is complete, the framing is not
+            self.close_connection = True
+        else:
+            self.wfile.write(body)
+        self.wfile.flush()
 
 
 def main():

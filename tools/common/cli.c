@@ -53,6 +53,17 @@ int cli_set_ca_bundle(const char *path) {
     return setenv("AWS_CA_BUNDLE", path, 1) == 0 ? 0 : -1;
 }
 
+int cli_set_timeout(const char *seconds) {
+    char *end;
+    errno = 0;
+    double v = strtod(seconds, &end);
+    if (errno || end == seconds || *end || !(v > 0) || v > 86400) {
+        cli_error("--timeout: '%s' is not a number of seconds (0 < N <= 86400)", seconds);
+        return -1;
+    }
+    return setenv("TZR_HTTP_TIMEOUT", seconds, 1) == 0 ? 0 : -1;
+}
+
 int cli_load_key_file(cli_crypt *c, const char *path) {
     size_t n;
     unsigned char *b = slurp(path, &n, 4096);

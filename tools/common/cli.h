@@ -35,6 +35,12 @@ void cli_crypt_clear(cli_crypt *c);
  * HTTP layer reads). Returns 0 or prints and returns -1. */
 int cli_set_ca_bundle(const char *path);
 
+/* --timeout SECONDS: how long a server may stay silent (no answer, or a
+ * stalled body) and a connect may take, for every URL the library opens
+ * (it sets TZR_HTTP_TIMEOUT, which the HTTP layer reads). Returns 0 or
+ * prints and returns -1 for a value that is not a positive number. */
+int cli_set_timeout(const char *seconds);
+
 /* Progress on stderr, only when it is a terminal: bytes done, GB/s, ETA. */
 typedef struct cli_progress {
     int enabled;

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The tools over HTTP: a shard manifest served from a URL (its shards
+# resolved next to it) and --timeout against a server that never answers.
+# The origin is tests/util/faulty_http.py on loopback.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+. tests/util/lib.sh
+command -v python3 >/dev/null || { echo "python3 missing" >&2; exit 77; }
+
+W=$T/www
+mkdir -p "$W"
+python3 tests/util/faulty_http.py "$W" "$T/port" 2>"$T/server.err" &
+SRV=$!
+trap 'kill $SRV 2>/dev/null; wait $SRV 2>/dev/null; rm -rf "$T"' EXIT
+for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.1; done
+[ -s "$T/port" ] || { echo "fault server did not start" >&2; exit 77; }
+URL=http://127.0.0.1:$(cat "$T/port")
+
+"$BUILD/tzr-bench" --make-sample "$T/m.safetensors" --size-mib 16 --layers 2
+$TZ -q "$T/m.safetensors" -o "$W/m.tensors"
+$TZ -q "$T/m.safetensors" -o "$W/s.tensors" --shards 2
+$DT "$W/s.tzr-index.json" -q -o "$T/local.safetensors"
+
+# A manifest goes wherever a file does: here a URL, shards found beside it.
+$DT "$URL/ok/s.tzr-index.json" --list > "$T/list.out" 2> "$T/list.err"
+check manifest_url_list grep -q "tensors" "$T/list.out"
+$DT "$URL/ok/s.tzr-index.json" --verify > "$T/verify.out" 2>&1
+check manifest_url_verify_exit_0 test $? = 0
+check manifest_url_shards_fetched grep -q "GET /ok/s-rank-00001-of-00002.tensors" "$W/requests.log"
+$DT "$URL/ok/s.tzr-index.json" -q -o "$T/url.safetensors" 2> "$T/export.err"
+check manifest_url_export_same cmp "$T/url.safetensors" "$T/local.safetensors"
+rm "$W/s-rank-00001-of-00002.tensors"
+$DT "$URL/ok/s.tzr-index.json" --list > /dev/null 2> "$T/missing.err"
+check manifest_url_missing_shard_exit_1 test $? = 1
+check manifest_url_missing_shard_named grep -q "/ok/s-rank-00001-of-00002.tensors' is missing" "$T/missing.err"
+
+# --timeout: a server that accepts and never answers fails after 3 tries
+# of SECONDS each, not after every retry of the 300 s budget.
+: > "$W/requests.log"
+$DT "$URL/silent/m.tensors" --list --timeout 1 > /dev/null 2> "$T/silent.err"
+check detensorize_timeout_exit_1 test $? = 1
+check detensorize_timeout_message grep -q "no answer" "$T/silent.err"
+check detensorize_timeout_three_tries test "$(grep -c 'HEAD /silent/m.tensors' "$W/requests.log")" = 3
+$TZ -q "$URL/silent/m.tensors" -o "$T/x.tensors" --timeout 1 2> "$T/tz.err"
+check tensorize_timeout_exit_1 test $? = 1
+check tensorize_timeout_message grep -q "no answer" "$T/tz.err"
+check tensorize_timeout_no_output test ! -e "$T/x.tensors"
+$DT "$URL/ok/m.tensors" --list --timeout abc > /dev/null 2>&1
+check timeout_not_a_number_is_usage test $? = 2
+$TZ -q "$W/m.tensors" -o "$T/y.tensors" --timeout 0 2>/dev/null
+check timeout_zero_is_usage test $? = 2
+$DT "$URL/ok/m.tensors" --verify --timeout 5 > /dev/null 2>&1
+check timeout_healthy_server_ok test $? = 0
+exit 0
