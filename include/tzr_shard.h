@@ -173,7 +173,8 @@ TZR_API int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const ch
  * index is the index in the set; begin_tensor gets the rank's piece (its
  * local shape and bytes), called for every tensor before any bytes move,
  * end_tensor for every tensor at the end. opt (may be NULL) gives ring,
- * chunk, threads, progress and cancel; its filter, select and callbacks
+ * chunk, threads, progress and cancel, and its filter picks tensors of the
+ * set (called with the rank's piece); select and the per-tensor callbacks
  * are the loader's own. */
 TZR_API int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_sink *sink,
                                      const tzr_load_options *opt, tzr_load_stats *stats);

@@ -19,6 +19,7 @@
 #include "shard_internal.h"
 #include "tzr_load.h"
 
+#include <stddef.h>
 #include <string.h>
 
 int tzr_shard_target(const tzr_shard_set *s, size_t i, int rank, int nranks, const char *rules, int *dim,
@@ -180,6 +181,18 @@ static void job_free_staging(tzr_sink *s, void *p, size_t len) {
     j->dest->free_staging(j->dest, p, len);
 }
 
+/* One progress over all shard loads. */
+typedef struct overall {
+    const tzr_load_options *opt;
+    uint64_t before, total;
+} overall;
+
+static void overall_progress(void *ctx, uint64_t done, uint64_t total) {
+    (void)total;
+    overall *o = ctx;
+    o->opt->progress(o->opt->progress_ctx, o->before + done, o->total);
+}
+
 static int job_filter(void *ctx, size_t index, const tzr_tensor_info *t) {
     (void)t;
     shard_job *j = ctx;
@@ -228,15 +241,16 @@ static int make_targets(tzr_shard_set *s, int rank, int nranks, const char *rule
     return 0;
 }
 
-/* The mappings of shard k for these targets; *any: one is needed. */
-static int build_job(tzr_shard_set *s, int k, int rank, const target *tg, shard_job *j, mapping *pool, int *any) {
+/* The mappings of shard k for the wanted targets; *any: one is needed. */
+static int build_job(tzr_shard_set *s, int k, int rank, const target *tg, const unsigned char *want, shard_job *j,
+                     mapping *pool, int *any) {
     *any = 0;
     size_t used = 0;
     for (size_t i = 0; i < s->tb.n; i++) {
         const shard_entry *e = &s->tb.t[i];
         box dst;
         box_of(&dst, e, tg[i].dim, tg[i].offset, tg[i].length);
-        if (tg[i].info.nbytes == 0) continue;
+        if (!want[i] || tg[i].info.nbytes == 0) continue;
         for (size_t q = 0; q < e->nslices; q++) {
             const shard_slice *sl = &e->slices[q];
             /* a replicated tensor is read from one holder, spread over ranks */
@@ -268,15 +282,24 @@ int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char 
     for (size_t i = 0; i < n; i++) nmap += s->tb.t[i].nslices;
     target *tg = calloc(n ? n : 1, sizeof *tg);
     mapping *pool = calloc(nmap ? nmap : 1, sizeof *pool);
-    int rc = !tg || !pool ? tzr_fail(TZR_ENOMEM, "out of memory") : 0;
+    unsigned char *want = calloc(n ? n : 1, 1);
+    int rc = !tg || !pool || !want ? tzr_fail(TZR_ENOMEM, "out of memory") : 0;
     if (!rc) rc = make_targets(s, rank, nranks, rules, tg);
     uint64_t total = 0;
-    for (size_t i = 0; !rc && i < n; i++) total += tg[i].info.nbytes;
+    size_t wanted = 0;
+    /* opt's filter picks global tensors (index in the set, the rank's piece) */
+    int filtered = opt && opt->struct_size >= offsetof(tzr_load_options, filter_ctx) + sizeof(void *) && opt->filter;
+    for (size_t i = 0; !rc && i < n; i++) {
+        want[i] = !filtered || opt->filter(opt->filter_ctx, i, &tg[i].info);
+        if (want[i]) total += tg[i].info.nbytes, wanted++;
+    }
     /* Every destination exists before any bytes move, from any shard. */
-    if (!rc && dest->reserve) rc = dest->reserve(dest, n, total);
+    if (!rc && dest->reserve) rc = dest->reserve(dest, wanted, total);
     for (size_t i = 0; !rc && i < n; i++)
-        if (dest->begin_tensor) rc = dest->begin_tensor(dest, i, &tg[i].info);
+        if (want[i] && dest->begin_tensor) rc = dest->begin_tensor(dest, i, &tg[i].info);
     tzr_load_stats sum = {0};
+    int progress = opt && opt->struct_size >= offsetof(tzr_load_options, progress_ctx) + sizeof(void *) && opt->progress;
+    overall all = {opt, 0, total};
     for (int k = 0; !rc && k < s->tb.nshards; k++) {
         tzr_reader *r = s->readers[k];
         shard_job j = {0};
@@ -289,7 +312,7 @@ int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char 
         if (!j.map) rc = tzr_fail(TZR_ENOMEM, "out of memory");
         int any = 0;
         memset(pool, 0, nmap * sizeof *pool);
-        if (!rc) rc = build_job(s, k, rank, tg, &j, pool, &any);
+        if (!rc) rc = build_job(s, k, rank, tg, want, &j, pool, &any);
         if (!rc && any) {
             tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
             if (opt) {
@@ -304,10 +327,13 @@ int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char 
             lo.select_ctx = &j;
             lo.on_tensor = NULL; /* shard tensors are not the caller's tensors */
             lo.on_tensor_error = NULL;
+            lo.progress = progress ? overall_progress : NULL;
+            lo.progress_ctx = &all;
             tzr_load_stats st;
             rc = tzr_load(r, &j.base, &lo, &st);
             sum.tensors += st.tensors;
             sum.bytes += st.bytes;
+            all.before += st.bytes;
             sum.bytes_read += st.bytes_read;
             sum.reads += st.reads;
             sum.seconds += st.seconds;
@@ -316,14 +342,15 @@ int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char 
         free(j.map);
     }
     for (size_t i = 0; !rc && i < n; i++)
-        if (dest->end_tensor) rc = dest->end_tensor(dest, i, &tg[i].info);
+        if (want[i] && dest->end_tensor) rc = dest->end_tensor(dest, i, &tg[i].info);
     if (stats) {
         *stats = sum;
-        stats->tensors = n;
+        stats->tensors = wanted;
         stats->error_tensor = (size_t)-1;
     }
     free(tg);
     free(pool);
+    free(want);
     return rc;
 }
 

@@ -522,44 +522,67 @@ static int shard_verify(const opts *o, tzr_shard_set *set) {
 }
 
 /* Reassemble whole tensors (one rank of one) and write them out. */
+static int shard_filter_cb(void *ctx, size_t i, const tzr_tensor_info *t) {
+    (void)i;
+    return matches(ctx, shown(t->name, t->name_len));
+}
+
+/* Streams every tensor through the pipeline into the safetensors writer:
+ * memory stays within the ring budget, not the model's size. */
 static int shard_export(const opts *o, tzr_shard_set *set) {
-    tzr_shard_result *res;
-    int rc = tzr_shard_load_rank(set, 0, 1, NULL, &res);
-    if (rc) return cli_lib_error(rc);
-    size_t m = 0;
-    tzr_st_tensor *decl = calloc(res->count + 1, sizeof *decl);
-    size_t *which = calloc(res->count + 1, sizeof *which);
-    for (size_t i = 0; i < res->count && !rc; i++) {
-        const tzr_shard_piece *pc = &res->pieces[i];
-        const tzr_shard_tensor *t = tzr_shard_tensor_at(set, pc->tensor);
+    size_t n = tzr_shard_count(set), m = 0;
+    tzr_st_tensor *decl = calloc(n + 1, sizeof *decl);
+    st_sink e = {0};
+    e.slot_of = calloc(n + 1, sizeof *e.slot_of);
+    int rc = 0;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const tzr_shard_tensor *t = tzr_shard_tensor_at(set, i);
         if (!matches(o, shard_shown(t))) continue;
-        if (!tzr_st_dtype_name(pc->dtype)) {
+        if (!tzr_st_dtype_name(t->dtype)) {
             cli_error("%s: tensor '%s' has no safetensors dtype", o->file, shard_shown(t));
             rc = TZR_ENOTSUP;
             break;
         }
-        decl[m].name = pc->name;
-        decl[m].name_len = pc->name_len;
-        decl[m].dtype = pc->dtype;
-        decl[m].ndim = pc->ndim;
-        decl[m].shape = pc->shape;
-        decl[m].nbytes = pc->nbytes;
-        which[m++] = i;
+        decl[m].name = t->name;
+        decl[m].name_len = t->name_len;
+        decl[m].dtype = t->dtype;
+        decl[m].ndim = t->ndim;
+        decl[m].shape = t->shape;
+        decl[m].nbytes = t->nbytes;
+        total += t->nbytes;
+        e.slot_of[i] = m++;
     }
     tzr_output *out = NULL;
-    tzr_st_writer *w = NULL;
     if (!rc) rc = tzr_output_open_file(&out, o->output);
-    if (!rc) rc = tzr_st_writer_open(&w, out, decl, m, st_meta_keys, st_meta_values, 1);
-    for (size_t k = 0; k < m && !rc; k++)
-        rc = tzr_st_writer_put(w, k, 0, res->pieces[which[k]].data, (size_t)res->pieces[which[k]].nbytes);
-    if (w) {
-        if (rc) tzr_st_writer_abort(w);
-        else rc = tzr_st_writer_close(w);
-    }
+    if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, st_meta_keys, st_meta_values, 1);
     if (rc && rc != TZR_ENOTSUP) cli_lib_error(rc);
+    if (!rc) {
+        pthread_mutex_init(&e.lock, NULL);
+        e.base.submit = st_submit;
+        e.base.name = "safetensors";
+        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+        cli_progress pr;
+        cli_progress_begin(&pr, "export", total);
+        load_options(o, &lo, &pr);
+        lo.filter = shard_filter_cb;
+        lo.filter_ctx = (void *)o;
+        tzr_load_stats st;
+        rc = tzr_shard_load_rank_into(set, 0, 1, NULL, &e.base, &lo, &st);
+        cli_progress_end(&pr);
+        if (rc) {
+            cli_lib_error(rc);
+            tzr_st_writer_abort(e.w);
+        } else {
+            rc = tzr_st_writer_close(e.w);
+            if (rc) cli_lib_error(rc);
+            else if (!o->quiet)
+                fprintf(stderr, "%s: wrote %zu tensors to %s in %.2f s\n", o->file, m, o->output, st.seconds);
+        }
+        pthread_mutex_destroy(&e.lock);
+    }
     free(decl);
-    free(which);
-    tzr_shard_result_free(res);
+    free(e.slot_of);
     return rc ? EXIT_FAIL : EXIT_OK;
 }
 
