@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_output.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
 #include "tzr_shard.h"
@@ -22,7 +23,9 @@ static const char usage[] =
     "      --sha256            with --list: add data_sha256 (SHA-256 of the loaded bytes)\n"
     "  -V, --verify            check every CRC32/SHA-256; one line per bad tensor;\n"
     "                          exit 0 only if all match\n"
-    "  -o, --output OUT        export to OUT (.safetensors; .tensors: an uncompressed copy)\n"
+    "  -o, --output OUT        export to OUT (.safetensors; .tensors: an uncompressed copy);\n"
+    "                          atomic, a symbolic link is written through, devices refused\n"
+    "      --force             with -o: replace an existing OUT (refused without it)\n"
     "\n"
     "Options:\n"
     "  -f, --filter GLOB       only tensors whose name matches (repeatable)\n"
@@ -36,11 +39,13 @@ static const char usage[] =
     "  -q, --quiet             no progress bar\n"
     "  -h, --help              this help;  --version  library version\n"
     "\n"
-    "Exit status: 0 success, 1 failure (bad data, I/O, verification), 2 usage.\n";
+    "Exit status: 0 success, 1 failure (bad data, I/O, verification), 2 usage,\n"
+    "128+N stopped by signal N during -o (SIGINT 130, SIGHUP 129, SIGTERM 143: the\n"
+    "temporary file is removed and the message says what was kept).\n";
 
 typedef struct opts {
     const char *file, *output;
-    int list, json, sha, verify, quiet;
+    int list, json, sha, verify, quiet, force;
     const char **filters;
     int nfilters;
     cli_crypt crypt;
@@ -349,6 +354,8 @@ static int export_tensors(const opts *o, tzr_reader *r) {
     for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;
+        if (cli_stop_signal) rc = TZR_ECANCELED;
+        if (rc) break;
         uint8_t *buf = malloc(t->nbytes ? (size_t)t->nbytes : 1);
         if (!buf) rc = tzr_set_error(TZR_ENOMEM, "out of memory");
         if (!rc) rc = tzr_reader_read(r, i, buf, (size_t)t->nbytes); /* also fills module_idx */
@@ -359,6 +366,7 @@ static int export_tensors(const opts *o, tzr_reader *r) {
     }
     if (w && rc) tzr_writer_abort(w);
     else if (w) rc = tzr_writer_close(w);
+    if (cli_stop_signal) return cli_output_stopped(!rc);
     return rc ? cli_lib_error(rc) : EXIT_OK;
 }
 
@@ -392,7 +400,7 @@ static int do_export(const opts *o, tzr_reader *r) {
     tzr_output *out = NULL;
     if (!rc) rc = tzr_output_open_file(&out, o->output);
     if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, NULL, NULL, 0);
-    if (rc && rc != TZR_ENOTSUP) cli_lib_error(rc);
+    if (rc && rc != TZR_ENOTSUP && !cli_stop_signal) cli_lib_error(rc);
     if (!rc) {
         pthread_mutex_init(&e.lock, NULL);
         e.base.submit = st_submit;
@@ -403,15 +411,19 @@ static int do_export(const opts *o, tzr_reader *r) {
         load_options(o, &lo, &pr);
         lo.filter = filter_cb;
         lo.filter_ctx = (void *)o;
+        lo.cancel = &cli_stop_signal;
         tzr_load_stats st;
         rc = tzr_load(r, &e.base, &lo, &st);
         cli_progress_end(&pr);
         if (rc) {
-            cli_lib_error(rc);
+            if (!cli_stop_signal) cli_lib_error(rc);
+            tzr_st_writer_abort(e.w);
+        } else if (cli_stop_signal) {
+            rc = TZR_ECANCELED;
             tzr_st_writer_abort(e.w);
         } else {
             rc = tzr_st_writer_close(e.w);
-            if (rc) cli_lib_error(rc);
+            if (rc && !cli_stop_signal) cli_lib_error(rc);
             else if (!o->quiet)
                 fprintf(stderr, "%s: wrote %zu tensors to %s in %.2f s\n", o->file, m, o->output, st.seconds);
         }
@@ -421,6 +433,7 @@ static int do_export(const opts *o, tzr_reader *r) {
     free(names);
     free(decl);
     free(e.slot_of);
+    if (cli_stop_signal) return cli_output_stopped(!rc);
     return rc ? EXIT_FAIL : EXIT_OK;
 }
 
@@ -514,10 +527,17 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
     if (!rc) rc = tzr_output_open_file(&out, o->output);
     if (!rc) rc = tzr_st_writer_open(&w, out, decl, m, NULL, NULL, 0);
     for (size_t k = 0; k < m && !rc; k++)
-        rc = tzr_st_writer_put(w, k, 0, res->pieces[which[k]].data, (size_t)res->pieces[which[k]].nbytes);
+        rc = cli_stop_signal ? TZR_ECANCELED
+                             : tzr_st_writer_put(w, k, 0, res->pieces[which[k]].data, (size_t)res->pieces[which[k]].nbytes);
     if (w) {
         if (rc) tzr_st_writer_abort(w);
         else rc = tzr_st_writer_close(w);
+    }
+    if (cli_stop_signal) {
+        free(decl);
+        free(which);
+        tzr_shard_result_free(res);
+        return cli_output_stopped(!rc);
     }
     if (rc && rc != TZR_ENOTSUP) cli_lib_error(rc);
     free(decl);
@@ -530,7 +550,7 @@ static int shard_main(const opts *o) {
     tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
     tzr_shard_set *set;
     int rc = tzr_shard_open(&set, o->file, &so);
-    if (rc) return cli_lib_error(rc);
+    if (rc) return o->output && cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     int status;
     if (o->sha) {
         cli_error("--sha256 is not available for shard manifests");
@@ -561,7 +581,7 @@ int main(int argc, char **argv) {
 
 /* Everything main does; main frees what o holds on every path. */
 static int run(opts *o, int argc, char **argv) {
-    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA };
+    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_FORCE };
     static const struct option longs[] = {
         {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
         {"sha256", no_argument, 0, O_SHA},      {"verify", no_argument, 0, 'V'},
@@ -570,7 +590,8 @@ static int run(opts *o, int argc, char **argv) {
         {"threads", required_argument, 0, O_THREADS}, {"chunk-mib", required_argument, 0, O_CHUNK},
         {"ring-mib", required_argument, 0, O_RING}, {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
-        {"ca-bundle", required_argument, 0, O_CA}, {0, 0, 0, 0}};
+        {"ca-bundle", required_argument, 0, O_CA}, {"force", no_argument, 0, O_FORCE},
+        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "lVo:f:qh", longs, NULL)) != -1) {
         switch (c) {
@@ -586,6 +607,7 @@ static int run(opts *o, int argc, char **argv) {
         case O_THREADS: o->threads = atoi(optarg); break;
         case O_CHUNK: o->chunk = (size_t)strtoull(optarg, NULL, 10) << 20; break;
         case O_RING: o->ring = (size_t)strtoull(optarg, NULL, 10) << 20; break;
+        case O_FORCE: o->force = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("detensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
@@ -609,6 +631,10 @@ static int run(opts *o, int argc, char **argv) {
         cli_error("give --key-file or --password-file, not both");
         return EXIT_USAGE;
     }
+    if (o->output) {
+        if (cli_output_check(o->output, o->force)) return EXIT_FAIL;
+        cli_output_guard(o->output, NULL);
+    }
     if (is_manifest(o->file)) {
         if (o->crypt.have_key || o->crypt.password) {
             cli_error("shard manifests are not encrypted; drop --key-file/--password-file");
@@ -621,7 +647,7 @@ static int run(opts *o, int argc, char **argv) {
     cli_crypt_apply(&o->crypt, &ro.crypt);
     tzr_reader *r;
     int rc = tzr_reader_open(&r, o->file, &ro);
-    if (rc) return cli_lib_error(rc);
+    if (rc) return o->output && cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     int status;
     if (o->verify) {
         status = do_verify(o, r);
