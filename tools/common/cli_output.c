@@ -90,7 +90,8 @@ void cli_output_guard(const char *target, const char *extra) {
     snprintf(target_text, sizeof target_text, "%s", target);
     snprintf(extra_path, sizeof extra_path, "%s", extra ? extra : "");
     kept_which = 0;
-    if (existed) snprintf(kept_texts[0], sizeof kept_texts[0], "nothing written, existing %s left untouched", target);
+    if (strstr(target, "://")) snprintf(kept_texts[0], sizeof kept_texts[0], "nothing written to %s", target);
+    else if (existed) snprintf(kept_texts[0], sizeof kept_texts[0], "nothing written, existing %s left untouched", target);
     else snprintf(kept_texts[0], sizeof kept_texts[0], "nothing written, %s not created", target);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
