@@ -279,7 +279,12 @@ struct tzr_output {
 };
 
 /* Atomic local file: a temporary file beside path, fsync, rename on finish;
- * removed on abort. An existing file at path is untouched until finish. */
+ * removed on abort. An existing file at path is untouched until finish.
+ * An existing path must be a regular file (a device, FIFO, socket or
+ * directory is refused at once); a symbolic link is written through: the
+ * file it resolves to is replaced, the link stays. The temporary name
+ * ".NAME.HASH.PID.XXXXXX.tmp" (NAME cut to 200 bytes) carries the pid; at
+ * open, such files of the same target whose process is gone are removed. */
 TZR_API int tzr_output_open_file(tzr_output **out, const char *path);
 
 typedef struct tzr_writer tzr_writer;
@@ -343,6 +348,16 @@ typedef struct tzr_name_part {
     uint64_t idx;
 } tzr_name_part;
 TZR_API int tzr_name_build(const tzr_name_part *parts, size_t n, char **out, size_t *out_len);
+
+/* ------------------------------------------------- interrupted outputs */
+/* Async-signal-safe, for a SIGINT/SIGTERM/SIGHUP handler that then exits:
+ * unlinks the temporary file of every local output of this process not yet
+ * committed (tzr_output_open_file, writers on local paths); their finish
+ * then fails and leaves the target untouched. Returns how many it removed
+ * (0: nothing was being written, or every output is already committing).
+ * Temporary files left by a process that died anyway (SIGKILL) are removed
+ * by the next output opened on the same target. */
+TZR_API int tzr_output_remove_temporaries(void);
 
 #ifdef __cplusplus
 }

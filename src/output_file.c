@@ -1,23 +1,27 @@
 /* Atomic local output: write a temporary file beside the target, fsync it,
  * rename it over the target, fsync the directory. Until finish the target
- * path is untouched; abort and failures remove the temporary file. */
+ * path is untouched; abort and failures remove the temporary file. The
+ * target is checked before anything is written: an existing one must be a
+ * regular file, reached through any symbolic links (which stay links). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "internal.h"
+#include "output_temp.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct file_output {
     tzr_output base;
     int fd;
-    char *path;
+    int slot;   /* registry slot of tmp, -1 when unregistered */
+    char *path; /* as given, for messages */
+    char *real; /* after symbolic links: what finish replaces */
     char *tmp;
 } file_output;
 
@@ -38,51 +42,185 @@ static int fo_pwrite(tzr_output *o, const void *buf, size_t len, uint64_t off) {
     return 0;
 }
 
+/* Length of path's directory part, trailing slash included (0: none). */
+static size_t dir_len(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? (size_t)(slash - path + 1) : 0;
+}
+
+static char *dir_of(const char *path) {
+    size_t n = dir_len(path);
+    if (n == 0) return strdup(".");
+    char *d = strndup(path, n > 1 ? n - 1 : n); /* keep "/" for the root */
+    return d;
+}
+
 static int fsync_dir_of(const char *path) {
-    char *copy = strdup(path);
-    if (!copy) return tzr_fail(TZR_ENOMEM, "out of memory");
-    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(copy);
+    char *dir = dir_of(path);
+    if (!dir) return tzr_fail(TZR_ENOMEM, "out of memory");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
     if (dfd < 0) return 0; /* best effort: the rename already happened */
     fsync(dfd);
     close(dfd);
     return 0;
 }
 
+static const char *kind_of(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+/* Follow symbolic links from path (dangling ones too: the file they name
+ * gets created) to the name finish renames onto; check that it is absent
+ * or a regular file and that its directory exists. */
+static int resolve_target(const char *path, char **real) {
+    char *cur = strdup(path);
+    if (!cur) return tzr_fail(TZR_ENOMEM, "out of memory");
+    struct stat st;
+    int exists = 0, rc = 0;
+    for (int hops = 0;; hops++) {
+        if (lstat(cur, &st) != 0) {
+            if (errno != ENOENT) rc = tzr_fail(TZR_EIO, "%s: cannot stat '%s': %s", path, cur, strerror(errno));
+            break;
+        }
+        exists = 1;
+        if (!S_ISLNK(st.st_mode)) break;
+        if (hops == 40) {
+            rc = tzr_fail(TZR_EIO, "%s: too many levels of symbolic links", path);
+            break;
+        }
+        char link[4096];
+        ssize_t n = readlink(cur, link, sizeof link - 1);
+        if (n < 0 || n == (ssize_t)sizeof link - 1) {
+            rc = tzr_fail(TZR_EIO, "%s: cannot read symbolic link '%s': %s", path, cur,
+                          n < 0 ? strerror(errno) : "target too long");
+            break;
+        }
+        link[n] = 0;
+        size_t dl = link[0] == '/' ? 0 : dir_len(cur);
+        char *next = malloc(dl + (size_t)n + 1);
+        if (!next) {
+            rc = tzr_fail(TZR_ENOMEM, "out of memory");
+            break;
+        }
+        memcpy(next, cur, dl);
+        memcpy(next + dl, link, (size_t)n + 1);
+        free(cur);
+        cur = next;
+        exists = 0;
+    }
+    const char *via = strcmp(cur, path) ? cur : NULL;
+    if (!rc && exists && !S_ISREG(st.st_mode))
+        rc = tzr_fail(TZR_EINVAL, "%s%s%s%s is %s; refusing to replace it with a file", path, via ? " (-> " : "",
+                      via ? via : "", via ? ")" : "", kind_of(st.st_mode));
+    if (!rc && !exists) {
+        char *dir = dir_of(cur);
+        struct stat ds;
+        if (!dir) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        else if (stat(dir, &ds) != 0)
+            rc = tzr_fail(TZR_EIO, "%s: directory '%s' %s", path, dir,
+                          errno == ENOENT ? "does not exist" : strerror(errno));
+        else if (!S_ISDIR(ds.st_mode))
+            rc = tzr_fail(TZR_EIO, "%s: '%s' is not a directory", path, dir);
+        free(dir);
+    }
+    if (rc) free(cur);
+    else *real = cur;
+    return rc;
+}
+
+static void drop_temp(file_output *f) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    if (f->tmp && tzr_temp_claim(f->slot)) unlink(f->tmp);
+    f->slot = -1;
+    free(f->tmp);
+    f->tmp = NULL;
+}
+
 static int fo_finish(tzr_output *o) {
     file_output *f = (file_output *)o;
+    if (!f->tmp) return tzr_fail(TZR_EINVAL, "%s: output already finished or aborted", f->path);
     if (fsync(f->fd) != 0) {
         int e = errno;
-        unlink(f->tmp);
+        drop_temp(f);
         return tzr_fail(TZR_EIO, "%s: fsync failed: %s", f->path, strerror(e));
     }
     close(f->fd);
     f->fd = -1;
-    if (rename(f->tmp, f->path) != 0) {
+    /* The target may have changed since open: still never replace a
+     * device, FIFO or directory. */
+    struct stat st;
+    if (lstat(f->real, &st) == 0 && !S_ISREG(st.st_mode)) {
+        drop_temp(f);
+        return tzr_fail(TZR_EINVAL, "%s became %s while it was written; not replaced", f->path,
+                        S_ISLNK(st.st_mode) ? "a symbolic link" : kind_of(st.st_mode));
+    }
+    if (!tzr_temp_claim(f->slot)) { /* a signal handler removed the file */
+        f->slot = -1;
+        free(f->tmp);
+        f->tmp = NULL;
+        return tzr_fail(TZR_ECANCELED, "%s: interrupted; not written", f->path);
+    }
+    f->slot = -1;
+    if (rename(f->tmp, f->real) != 0) {
         int e = errno;
         unlink(f->tmp);
+        free(f->tmp);
+        f->tmp = NULL;
         return tzr_fail(TZR_EIO, "%s: rename from temporary file failed: %s", f->path, strerror(e));
     }
     free(f->tmp);
     f->tmp = NULL;
-    return fsync_dir_of(f->path);
+    return fsync_dir_of(f->real);
 }
 
-static void fo_abort(tzr_output *o) {
-    file_output *f = (file_output *)o;
-    if (f->fd >= 0) close(f->fd);
-    f->fd = -1;
-    if (f->tmp) unlink(f->tmp);
-    free(f->tmp);
-    f->tmp = NULL;
-}
+static void fo_abort(tzr_output *o) { drop_temp((file_output *)o); }
 
 static void fo_destroy(tzr_output *o) {
     file_output *f = (file_output *)o;
     if (!f) return;
-    fo_abort(o);
+    drop_temp(f);
     free(f->path);
+    free(f->real);
     free(f);
+}
+
+/* tmp = DIR/.NAME.HASH.PID.XXXXXX.tmp beside real (same directory, so the
+ * rename is atomic); stale ones of dead processes are removed first. */
+static int make_temp(file_output *f) {
+    size_t dl = dir_len(f->real);
+    char prefix[TZR_TEMP_NAME_KEEP + 16];
+    if (tzr_temp_prefix(prefix, sizeof prefix, f->real + dl) < 0)
+        return tzr_fail(TZR_EINVAL, "%s: bad output name", f->path);
+    char *dir = dir_of(f->real);
+    if (!dir) return tzr_fail(TZR_ENOMEM, "out of memory");
+    tzr_temp_remove_stale(dir, prefix);
+    free(dir);
+    size_t n = dl + strlen(prefix) + 32;
+    if (!(f->tmp = malloc(n))) return tzr_fail(TZR_ENOMEM, "out of memory");
+    snprintf(f->tmp, n, "%.*s%s%ld.XXXXXX.tmp", (int)dl, f->real, prefix, (long)getpid());
+    f->fd = mkostemps(f->tmp, 4, O_CLOEXEC);
+    if (f->fd < 0) {
+        int e = errno;
+        free(f->tmp);
+        f->tmp = NULL;
+        return tzr_fail(TZR_EIO, "%s: cannot create temporary file: %s", f->path, strerror(e));
+    }
+    f->slot = tzr_temp_register(f->tmp);
+    /* Held until close: stale removal skips files a live writer holds,
+     * whatever pid namespace it runs in. */
+    flock(f->fd, LOCK_EX | LOCK_NB);
+    /* mkstemp makes 0600; give the usual umask-derived mode. */
+    mode_t um = umask(0);
+    umask(um);
+    fchmod(f->fd, 0666 & ~um);
+    return 0;
 }
 
 int tzr_output_open_file(tzr_output **out, const char *path) {
@@ -91,36 +229,14 @@ int tzr_output_open_file(tzr_output **out, const char *path) {
     file_output *f = calloc(1, sizeof *f);
     if (!f) return tzr_fail(TZR_ENOMEM, "out of memory");
     f->fd = -1;
-    f->path = strdup(path);
-    size_t n = strlen(path) + 32;
-    f->tmp = malloc(n);
-    if (!f->path || !f->tmp) {
+    f->slot = -1;
+    int rc = (f->path = strdup(path)) ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
+    if (!rc) rc = resolve_target(path, &f->real);
+    if (!rc) rc = make_temp(f);
+    if (rc) {
         fo_destroy(&f->base);
-        return tzr_fail(TZR_ENOMEM, "out of memory");
+        return rc;
     }
-    /* Same directory as the target so rename is atomic. */
-    char *copy = strdup(path);
-    if (!copy) {
-        fo_destroy(&f->base);
-        return tzr_fail(TZR_ENOMEM, "out of memory");
-    }
-    char *base = basename(copy);
-    char *slash = strrchr(path, '/');
-    int dirlen = slash ? (int)(slash - path + 1) : 0;
-    snprintf(f->tmp, n, "%.*s.%s.tmp.XXXXXX", dirlen, path, base);
-    free(copy);
-    f->fd = mkostemp(f->tmp, O_CLOEXEC);
-    if (f->fd < 0) {
-        int e = errno;
-        free(f->tmp);
-        f->tmp = NULL;
-        fo_destroy(&f->base);
-        return tzr_fail(TZR_EIO, "%s: cannot create temporary file: %s", path, strerror(e));
-    }
-    /* mkstemp makes 0600; give the usual umask-derived mode. */
-    mode_t um = umask(0);
-    umask(um);
-    fchmod(f->fd, 0666 & ~um);
     f->base.pwrite_at = fo_pwrite;
     f->base.finish = fo_finish;
     f->base.abort = fo_abort;

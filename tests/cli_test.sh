@@ -165,11 +165,11 @@ check bad_safetensors_exit_1 test $rc = 1
 check bad_safetensors_nothing_written test ! -e "$T/x.tensors"
 cp "$T/a.tensors" "$T/keep.tensors"
 # Duplicate names across inputs fail midway: the old output stays intact.
-$TZ -q "$T/a.safetensors" "$T/a.safetensors" -o "$T/keep.tensors" 2> "$T/e4"; rc=$?
+$TZ -q "$T/a.safetensors" "$T/a.safetensors" -o "$T/keep.tensors" --force 2> "$T/e4"; rc=$?
 check duplicate_names_exit_1 test $rc = 1
 check duplicate_names_message grep -q "duplicate" "$T/e4"
 check failed_write_keeps_old_file cmp "$T/keep.tensors" "$T/a.tensors"
-check no_temp_files_left sh -c "! ls -A $T | grep -q '\.tmp\.'"
+check no_temp_files_left sh -c "! ls -A $T | grep -q '^\..*\.tmp'"
 $TZ -q "$T/a.safetensors" -o "$T/no/such/dir/out.tensors" 2>/dev/null
 check output_dir_missing_exit_1 test $? = 1
 exit 0

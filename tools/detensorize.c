@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_output.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
 #include "tzr_shard.h"
@@ -27,6 +28,8 @@ static const char usage[] =
     "                          .tensors: an uncompressed copy); every CRC32/SHA-256 is\n"
     "                          checked on the way, a mismatch fails and writes nothing\n"
     "      --no-verify         with -o: do not check the hashes (copy a damaged file)\n"
+    "                          OUT is atomic, a symbolic link is written through, devices refused\n"
+    "      --force             with -o: replace an existing OUT (refused without it)\n"
     "\n"
     "Options:\n"
     "  -f, --filter GLOB       only tensors whose name matches (repeatable); a filter\n"
@@ -43,11 +46,13 @@ static const char usage[] =
     "  -q, --quiet             no progress bar\n"
     "  -h, --help              this help;  --version  library version\n"
     "\n"
-    "Exit status: 0 success, 1 failure (bad data, I/O, verification), 2 usage.\n";
+    "Exit status: 0 success, 1 failure (bad data, I/O, verification), 2 usage,\n"
+    "128+N stopped by signal N during -o (SIGINT 130, SIGHUP 129, SIGTERM 143: the\n"
+    "temporary file is removed and the message says what was kept).\n";
 
 typedef struct opts {
     const char *file, *output;
-    int list, json, sha, verify, quiet, no_verify;
+    int list, json, sha, verify, quiet, no_verify, force;
     const char **filters;
     int nfilters;
     cli_crypt crypt;
@@ -385,6 +390,8 @@ static int export_tensors(const opts *o, tzr_reader *r) {
     for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;
+        if (cli_stop_signal) rc = TZR_ECANCELED;
+        if (rc) break;
         uint8_t *buf = malloc(t->nbytes ? (size_t)t->nbytes : 1);
         if (!buf) rc = tzr_set_error(TZR_ENOMEM, "out of memory");
         if (!rc) rc = tzr_reader_read(r, i, buf, (size_t)t->nbytes); /* also fills module_idx */
@@ -395,6 +402,7 @@ static int export_tensors(const opts *o, tzr_reader *r) {
     }
     if (w && rc) tzr_writer_abort(w);
     else if (w) rc = tzr_writer_close(w);
+    if (cli_stop_signal) return cli_output_stopped(!rc);
     return rc ? cli_lib_error(rc) : EXIT_OK;
 }
 
@@ -428,7 +436,7 @@ static int do_export(const opts *o, tzr_reader *r) {
     tzr_output *out = NULL;
     if (!rc) rc = tzr_output_open_file(&out, o->output);
     if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, st_meta_keys, st_meta_values, 1);
-    if (rc && rc != TZR_ENOTSUP) cli_lib_error(rc);
+    if (rc && rc != TZR_ENOTSUP && !cli_stop_signal) cli_lib_error(rc);
     if (!rc) {
         pthread_mutex_init(&e.lock, NULL);
         e.base.submit = st_submit;
@@ -439,15 +447,19 @@ static int do_export(const opts *o, tzr_reader *r) {
         load_options(o, &lo, &pr);
         lo.filter = filter_cb;
         lo.filter_ctx = (void *)o;
+        lo.cancel = &cli_stop_signal;
         tzr_load_stats st;
         rc = tzr_load(r, &e.base, &lo, &st);
         cli_progress_end(&pr);
         if (rc) {
-            cli_lib_error(rc);
+            if (!cli_stop_signal) cli_lib_error(rc);
+            tzr_st_writer_abort(e.w);
+        } else if (cli_stop_signal) {
+            rc = TZR_ECANCELED;
             tzr_st_writer_abort(e.w);
         } else {
             rc = tzr_st_writer_close(e.w);
-            if (rc) cli_lib_error(rc);
+            if (rc && !cli_stop_signal) cli_lib_error(rc);
             else if (!o->quiet)
                 fprintf(stderr, "%s: wrote %zu tensors to %s in %.2f s\n", o->file, m, o->output, st.seconds);
         }
@@ -457,6 +469,7 @@ static int do_export(const opts *o, tzr_reader *r) {
     free(names);
     free(decl);
     free(e.slot_of);
+    if (cli_stop_signal) return cli_output_stopped(!rc);
     return rc ? EXIT_FAIL : EXIT_OK;
 }
 
@@ -556,7 +569,7 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
     tzr_output *out = NULL;
     if (!rc) rc = tzr_output_open_file(&out, o->output);
     if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, st_meta_keys, st_meta_values, 1);
-    if (rc && rc != TZR_ENOTSUP) cli_lib_error(rc);
+    if (rc && rc != TZR_ENOTSUP && !cli_stop_signal) cli_lib_error(rc);
     if (!rc) {
         pthread_mutex_init(&e.lock, NULL);
         e.base.submit = st_submit;
@@ -568,14 +581,18 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
         lo.filter = shard_filter_cb;
         lo.filter_ctx = (void *)o;
         tzr_load_stats st;
+        lo.cancel = &cli_stop_signal;
         rc = tzr_shard_load_rank_into(set, 0, 1, NULL, &e.base, &lo, &st);
         cli_progress_end(&pr);
         if (rc) {
-            cli_lib_error(rc);
+            if (!cli_stop_signal) cli_lib_error(rc);
+            tzr_st_writer_abort(e.w);
+        } else if (cli_stop_signal) {
+            rc = TZR_ECANCELED;
             tzr_st_writer_abort(e.w);
         } else {
             rc = tzr_st_writer_close(e.w);
-            if (rc) cli_lib_error(rc);
+            if (rc && !cli_stop_signal) cli_lib_error(rc);
             else if (!o->quiet)
                 fprintf(stderr, "%s: wrote %zu tensors to %s in %.2f s\n", o->file, m, o->output, st.seconds);
         }
@@ -583,6 +600,7 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
     }
     free(decl);
     free(e.slot_of);
+    if (cli_stop_signal) return cli_output_stopped(!rc);
     return rc ? EXIT_FAIL : EXIT_OK;
 }
 
@@ -591,7 +609,7 @@ static int shard_main(const opts *o) {
     so.verify = !o->no_verify;
     tzr_shard_set *set;
     int rc = tzr_shard_open(&set, o->file, &so);
-    if (rc) return cli_lib_error(rc);
+    if (rc) return o->output && cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     size_t hits = 0;
     for (size_t i = 0; i < tzr_shard_count(set); i++) hits += matches(o, shard_shown(tzr_shard_tensor_at(set, i)));
     if (no_match(o, hits)) {
@@ -628,7 +646,7 @@ int main(int argc, char **argv) {
 
 /* Everything main does; main frees what o holds on every path. */
 static int run(opts *o, int argc, char **argv) {
-    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_NO_VERIFY, O_TIMEOUT };
+    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_NO_VERIFY, O_TIMEOUT, O_FORCE };
     static const struct option longs[] = {
         {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
         {"sha256", no_argument, 0, O_SHA},      {"verify", no_argument, 0, 'V'},
@@ -638,7 +656,7 @@ static int run(opts *o, int argc, char **argv) {
         {"ring-mib", required_argument, 0, O_RING}, {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
         {"ca-bundle", required_argument, 0, O_CA}, {"no-verify", no_argument, 0, O_NO_VERIFY},
-        {"timeout", required_argument, 0, O_TIMEOUT},
+        {"timeout", required_argument, 0, O_TIMEOUT}, {"force", no_argument, 0, O_FORCE},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "lVo:f:qh", longs, NULL)) != -1) {
@@ -657,6 +675,7 @@ static int run(opts *o, int argc, char **argv) {
         case O_CHUNK: if (cli_mib("--chunk-mib", optarg, 1, 4096, &o->chunk)) return EXIT_USAGE; break;
         case O_RING: if (cli_mib("--ring-mib", optarg, 1, 65536, &o->ring)) return EXIT_USAGE; break;
         case O_NO_VERIFY: o->no_verify = 1; break;
+        case O_FORCE: o->force = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("detensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
@@ -684,6 +703,10 @@ static int run(opts *o, int argc, char **argv) {
         cli_error("give --key-file or --password-file, not both");
         return EXIT_USAGE;
     }
+    if (o->output) {
+        if (cli_output_check(o->output, o->force)) return EXIT_FAIL;
+        cli_output_guard(o->output, NULL);
+    }
     if (is_manifest(o->file)) {
         if (o->crypt.have_key || o->crypt.password) {
             cli_error("shard manifests are not encrypted; drop --key-file/--password-file");
@@ -699,7 +722,7 @@ static int run(opts *o, int argc, char **argv) {
     cli_crypt_apply(&o->crypt, &ro.crypt);
     tzr_reader *r;
     int rc = tzr_reader_open(&r, o->file, &ro);
-    if (rc) return cli_lib_error(rc);
+    if (rc) return o->output && cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     size_t hits = 0;
     for (size_t i = 0; i < tzr_reader_count(r); i++) hits += selected(o, tzr_reader_tensor(r, i));
     if (no_match(o, hits)) {

@@ -8,6 +8,7 @@
 #include <zstd.h>
 
 #include "cli.h"
+#include "cli_output.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
 #include "tzr_shard.h"
@@ -21,7 +22,10 @@ static const char usage[] =
     "input fails (exit 1) instead of coming out with fresh hashes.\n"
     "\n"
     "Options:\n"
-    "  -o, --output OUT        the .tensors file to write (atomically)\n"
+    "  -o, --output OUT        the .tensors file to write (atomically; a symbolic\n"
+    "                          link is written through, devices and FIFOs refused)\n"
+    "      --force             replace an existing OUT (or shard set); without it an\n"
+    "                          existing target is refused (exit 1)\n"
     "      --key-file PATH     encrypt with this 32-byte raw key\n"
     "      --password-file P   encrypt with a key derived from this password\n"
     "                          (Argon2id, tensorizer's defaults)\n"
@@ -42,13 +46,9 @@ static const char usage[] =
     "  -q, --quiet             no progress or summary\n"
     "  -h, --help              this help;  --version  library version\n"
     "\n"
-    "Exit status: 0 success, 1 failure, 2 usage.\n";
-
-static volatile sig_atomic_t interrupted;
-static void on_signal(int sig) {
-    (void)sig;
-    interrupted = 1;
-}
+    "Exit status: 0 success, 1 failure, 2 usage, 128+N stopped by signal N\n"
+    "(SIGINT 130, SIGHUP 129, SIGTERM 143: the temporary file is removed and the\n"
+    "message says what was kept).\n";
 
 static int is_tensors_file(const char *path) {
     size_t n = strlen(path);
@@ -121,7 +121,7 @@ static int add_safetensors(tzr_writer *w, const char *path, progress_state *ps) 
     int rc = tzr_st_open(&f, path);
     if (rc) return rc;
     for (size_t i = 0; i < tzr_st_count(f) && !rc; i++) {
-        if (interrupted) {
+        if (cli_stop_signal) {
             rc = tzr_set_error(TZR_ECANCELED, "interrupted");
             break;
         }
@@ -153,7 +153,7 @@ static int add_tensors(tzr_writer *w, const char *path, progress_state *ps) {
     int rc = tzr_reader_open(&r, path, &ro);
     if (rc) return rc;
     for (size_t i = 0; i < tzr_reader_count(r) && !rc; i++) {
-        if (interrupted) {
+        if (cli_stop_signal) {
             rc = tzr_set_error(TZR_ECANCELED, "interrupted");
             break;
         }
@@ -175,6 +175,20 @@ static int add_tensors(tzr_writer *w, const char *path, progress_state *ps) {
     return rc;
 }
 
+/* Without --force, an existing manifest or shard file of the set is refused. */
+static int refuse_existing_shards(const char *output, int n, int force) {
+    char prefix[4096], name[4200];
+    snprintf(prefix, sizeof prefix, "%s", output);
+    size_t pl = strlen(prefix);
+    if (pl > 8 && strcmp(prefix + pl - 8, ".tensors") == 0) prefix[pl - 8] = 0;
+    snprintf(name, sizeof name, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
+    if (cli_output_check(name, force)) return -1;
+    for (int k = 0; k < n; k++)
+        if (!tzr_shard_file_name(name, sizeof name, prefix, k, n, ".tensors") && cli_output_check(name, force))
+            return -1;
+    return 0;
+}
+
 /* Key material, wiped and freed on every exit path. */
 static cli_crypt key_material;
 static void clear_crypt(void) { cli_crypt_clear(&key_material); }
@@ -185,10 +199,10 @@ int main(int argc, char **argv) {
     const char *output = NULL;
     uint64_t index_bytes = 0;
     int quiet = 0;
-    int shards = 0;
+    int shards = 0, force = 0;
     const char *rules = NULL;
     int zlevel = -1; /* --compress: zstd level (0 = default) */
-    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA, O_TIMEOUT };
+    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA, O_TIMEOUT, O_FORCE };
     static const struct option longs[] = {{"output", required_argument, 0, 'o'},
                                           {"key-file", required_argument, 0, O_KEY},
                                           {"password-file", required_argument, 0, O_PW},
@@ -198,6 +212,7 @@ int main(int argc, char **argv) {
                                           {"compress", required_argument, 0, O_COMPRESS},
                                           {"ca-bundle", required_argument, 0, O_CA},
                                           {"timeout", required_argument, 0, O_TIMEOUT},
+                                          {"force", no_argument, 0, O_FORCE},
                                           {"quiet", no_argument, 0, 'q'},
                                           {"help", no_argument, 0, 'h'},
                                           {"version", no_argument, 0, O_VERSION},
@@ -225,6 +240,7 @@ int main(int argc, char **argv) {
                 if (cli_int(what, optarg + 5, 1, ZSTD_maxCLevel(), &zlevel)) return EXIT_USAGE;
             }
             break;
+        case O_FORCE: force = 1; break;
         case 'q': quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("tensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
@@ -253,20 +269,19 @@ int main(int argc, char **argv) {
     }
     /* With --shards, the inputs are first written as one temporary
      * .tensors file beside the output, then split (and removed). */
-    char prefix[4096], joined[4200];
+    char prefix[4096], joined[4200], manifest[4200];
     const char *target = output; /* what the user named, for messages */
+    if (shards ? refuse_existing_shards(output, shards, force) : cli_output_check(output, force))
+        return EXIT_FAIL;
     if (shards) {
         snprintf(prefix, sizeof prefix, "%s", output);
         size_t pl = strlen(prefix);
         if (pl > 8 && strcmp(prefix + pl - 8, ".tensors") == 0) prefix[pl - 8] = 0;
         snprintf(joined, sizeof joined, "%s.tzr-joined-%d.tensors", prefix, (int)getpid());
         output = joined;
+        snprintf(manifest, sizeof manifest, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_output_guard(shards ? manifest : output, shards ? joined : NULL);
 
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     cli_crypt_apply(&key_material, &wo.crypt);
@@ -281,8 +296,8 @@ int main(int argc, char **argv) {
     progress_state ps = {{0}, 0, quiet};
     double t0 = cli_now();
     tzr_writer *w;
-    int rc = tzr_writer_open(&w, output, &wo);
-    if (rc) return cli_lib_error(rc);
+    int rc = cli_stop_signal ? TZR_ECANCELED : tzr_writer_open(&w, output, &wo);
+    if (rc) return cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     cli_progress_begin(&ps.bar, "tensorize", total);
     for (int i = optind; i < argc && !rc; i++)
         rc = is_tensors_file(argv[i]) ? add_tensors(w, argv[i], &ps) : add_safetensors(w, argv[i], &ps);
@@ -292,13 +307,17 @@ int main(int argc, char **argv) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", tzr_last_error());
         tzr_writer_abort(w);
+        if (cli_stop_signal) return cli_output_stopped(0);
         cli_error("%s", msg);
         cli_error("nothing was written to %s", target);
         return EXIT_FAIL;
     }
     rc = tzr_writer_close(w);
-    if (rc) return cli_lib_error(rc);
+    if (rc) return cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     if (shards) {
+        char note[4400];
+        snprintf(note, sizeof note, "shards finished before the signal may be left; %s not rewritten", manifest);
+        cli_output_note(note);
         tzr_reader *r;
         rc = tzr_reader_open(&r, output, NULL);
         if (!rc) {
@@ -311,10 +330,12 @@ int main(int argc, char **argv) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", tzr_last_error());
             unlink(output);
+            if (cli_stop_signal) return cli_output_stopped(0);
             cli_error("%s", msg);
             return EXIT_FAIL;
         }
         unlink(output);
+        if (cli_stop_signal) return cli_output_stopped(1);
         if (!quiet) {
             char first[4200];
             tzr_shard_file_name(first, sizeof first, prefix, 0, shards, ".tensors");
@@ -324,6 +345,7 @@ int main(int argc, char **argv) {
         return EXIT_OK;
     }
 
+    if (cli_stop_signal) return cli_output_stopped(1);
     if (!quiet) {
         char sz[32];
         double secs = cli_now() - t0;

@@ -1,0 +1,227 @@
+/* Atomic local outputs (src/output_file.c, src/output_temp.c): temporary
+ * names that fit NAME_MAX, removal of stale temporaries of dead processes
+ * only, targets that are refused, symbolic links written through, and the
+ * signal-safe removal of temporaries being written. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "output_temp.h"
+
+static char *path_in(const char *name) {
+    static char buf[8][4096];
+    static int k;
+    char *p = buf[k++ % 8];
+    snprintf(p, 4096, "%s/%s", check_tmpdir(), name);
+    return p;
+}
+
+static void touch(const char *path) { CHECK(check_write_file(path, "x", 1) == 0); }
+
+/* Write "hello" through a file output on path; returns the finish code. */
+static int write_hello(const char *path) {
+    tzr_output *o;
+    int rc = tzr_output_open_file(&o, path);
+    if (rc) return rc;
+    rc = o->pwrite_at(o, "hello", 5, 0);
+    if (!rc) rc = o->finish(o);
+    o->destroy(o);
+    return rc;
+}
+
+static int count_temps(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -c '^\\..*\\.tmp$' >/dev/null", dir);
+    return system(cmd) == 0;
+}
+
+static void temp_prefix_short(void) {
+    char p[256];
+    int n = tzr_temp_prefix(p, sizeof p, "model.tensors");
+    CHECK(n == (int)strlen(p));
+    CHECK(strncmp(p, ".model.tensors.", 15) == 0);
+    CHECK(strlen(p) == 15 + 9); /* 8 hex digits and a dot */
+    CHECK(tzr_temp_prefix(p, 10, "model.tensors") == -1);
+}
+
+static void temp_prefix_long_fits_name_max(void) {
+    char base[256], other[256], p[256], q[256];
+    memset(base, 'm', 250);
+    base[250] = 0;
+    memcpy(other, base, sizeof base);
+    other[249] = 'n'; /* same first 200 bytes */
+    int n = tzr_temp_prefix(p, sizeof p, base);
+    CHECK(n > 0);
+    /* PREFIX + pid (at most 10 digits) + ".XXXXXX.tmp" */
+    CHECK(n + 10 + 11 <= NAME_MAX);
+    CHECK(tzr_temp_prefix(q, sizeof q, other) == n);
+    CHECK(strcmp(p, q) != 0); /* the hash keeps cut names apart */
+    /* Never cut inside a UTF-8 character: 199 ASCII bytes then "é"... */
+    char u[300];
+    memset(u, 'a', 199);
+    for (int i = 0; i < 20; i++) memcpy(u + 199 + 2 * i, "\xc3\xa9", 2);
+    u[239] = 0;
+    n = tzr_temp_prefix(p, sizeof p, u);
+    CHECK(n == 1 + 199 + 1 + 8 + 1);
+}
+
+static void temp_pid_parse(void) {
+    const char *pre = ".m.tensors.0123abcd.";
+    CHECK(tzr_temp_pid(".m.tensors.0123abcd.4242.aB3xYz.tmp", pre) == 4242);
+    CHECK(tzr_temp_pid(".m.tensors.0123abcd.4242.aB3xY.tmp", pre) == -1);   /* 5 random chars */
+    CHECK(tzr_temp_pid(".m.tensors.0123abcd.4242.aB3xYz.tmpx", pre) == -1);
+    CHECK(tzr_temp_pid(".m.tensors.0123abcd..aB3xYz.tmp", pre) == -1);      /* no pid */
+    CHECK(tzr_temp_pid(".m.tensors.0123abce.4242.aB3xYz.tmp", pre) == -1);  /* other target */
+    CHECK(tzr_temp_pid(".m.tensors.0123abcd.0.aB3xYz.tmp", pre) == -1);
+    CHECK(tzr_temp_pid(".m.tensors.0123abcd.99999999999.aB3xYz.tmp", pre) == -1);
+    CHECK(tzr_temp_pid("m.tensors", pre) == -1);
+}
+
+/* A pid that is gone: a child that has exited and been reaped. */
+static pid_t dead_pid(void) {
+    pid_t p = fork();
+    if (p == 0) _exit(0);
+    waitpid(p, NULL, 0);
+    return p;
+}
+
+static void stale_removed_live_kept(void) {
+    char dir[2048], pre[256], name[4400];
+    snprintf(dir, sizeof dir, "%s", path_in("stale"));
+    CHECK(mkdir(dir, 0755) == 0);
+    tzr_temp_prefix(pre, sizeof pre, "out.tensors");
+    pid_t dead = dead_pid(), live = getppid();
+    snprintf(name, sizeof name, "%s/%s%d.AAAAAA.tmp", dir, pre, (int)dead);
+    touch(name);
+    char live_name[4400], locked[4400], foreign[4400], own[4400];
+    snprintf(live_name, sizeof live_name, "%s/%s%d.BBBBBB.tmp", dir, pre, (int)live);
+    touch(live_name);
+    /* Dead pid but held locked (a writer in another pid namespace). */
+    snprintf(locked, sizeof locked, "%s/%s%d.CCCCCC.tmp", dir, pre, (int)dead);
+    touch(locked);
+    int lfd = open(locked, O_RDONLY);
+    CHECK(lfd >= 0 && flock(lfd, LOCK_EX) == 0);
+    /* Another target's temporary, dead pid. */
+    char opre[256];
+    tzr_temp_prefix(opre, sizeof opre, "other.tensors");
+    snprintf(foreign, sizeof foreign, "%s/%s%d.DDDDDD.tmp", dir, opre, (int)dead);
+    touch(foreign);
+    snprintf(own, sizeof own, "%s/%s%d.EEEEEE.tmp", dir, pre, (int)getpid());
+    touch(own);
+    CHECK(tzr_temp_remove_stale(dir, pre) == 1);
+    CHECK(access(name, F_OK) != 0);
+    CHECK(access(live_name, F_OK) == 0);
+    CHECK(access(locked, F_OK) == 0);
+    CHECK(access(foreign, F_OK) == 0);
+    CHECK(access(own, F_OK) == 0);
+    close(lfd);
+    /* The next output on the target does the same. */
+    unlink(own);
+    char target[4200];
+    snprintf(target, sizeof target, "%s/out.tensors", dir);
+    CHECK_OK(write_hello(target));
+    CHECK(access(locked, F_OK) != 0); /* unlocked now, pid gone */
+    CHECK(access(live_name, F_OK) == 0);
+    CHECK(access(foreign, F_OK) == 0);
+}
+
+static void refused_targets(void) {
+    char *fifo = path_in("fifo");
+    CHECK(mkfifo(fifo, 0644) == 0);
+    CHECK_RC(write_hello(fifo), TZR_EINVAL);
+    CHECK(strstr(tzr_last_error(), "FIFO") != NULL);
+    struct stat st;
+    CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    CHECK_RC(write_hello("/dev/null"), TZR_EINVAL);
+    CHECK(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+    char *dir = path_in("adir");
+    CHECK(mkdir(dir, 0755) == 0);
+    CHECK_RC(write_hello(dir), TZR_EINVAL);
+    CHECK(strstr(tzr_last_error(), "directory") != NULL);
+    CHECK(!count_temps(dir));
+    CHECK_RC(write_hello(path_in("missing/x.tensors")), TZR_EIO);
+    CHECK(strstr(tzr_last_error(), "does not exist") != NULL);
+    /* A symbolic link to a FIFO is refused as well. */
+    char *link = path_in("fifo-link");
+    CHECK(symlink("fifo", link) == 0);
+    CHECK_RC(write_hello(link), TZR_EINVAL);
+    CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    CHECK(!count_temps(check_tmpdir()));
+}
+
+static void symlink_written_through(void) {
+    char *blobs = path_in("blobs"), *snap = path_in("snap");
+    CHECK(mkdir(blobs, 0755) == 0 && mkdir(snap, 0755) == 0);
+    touch(path_in("blobs/h1"));
+    char *link = path_in("snap/m.tensors");
+    CHECK(symlink("../blobs/h1", link) == 0);
+    CHECK_OK(write_hello(link));
+    struct stat st;
+    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+    size_t len = 0;
+    unsigned char *b = check_read_file(path_in("blobs/h1"), &len);
+    CHECK(b && len == 5 && memcmp(b, "hello", 5) == 0);
+    free(b);
+    CHECK(!count_temps(blobs) && !count_temps(snap));
+    /* Two hops, the second absolute, the last dangling: created. */
+    char abs_target[4200];
+    snprintf(abs_target, sizeof abs_target, "%s/blobs/h2", check_tmpdir());
+    CHECK(symlink(abs_target, path_in("blobs/to-h2")) == 0);
+    CHECK(symlink("../blobs/to-h2", path_in("snap/n.tensors")) == 0);
+    CHECK_OK(write_hello(path_in("snap/n.tensors")));
+    CHECK(lstat(path_in("blobs/to-h2"), &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(stat(abs_target, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 5);
+}
+
+static void long_name(void) {
+    char name[251];
+    memset(name, 'q', 250);
+    name[250] = 0;
+    CHECK_OK(write_hello(path_in(name)));
+    CHECK(access(path_in(name), F_OK) == 0);
+}
+
+/* What a signal handler does: the temporary goes, finish refuses, the
+ * existing target stays. */
+static void remove_temporaries_cancels(void) {
+    char *target = path_in("sig.tensors");
+    touch(target);
+    tzr_output *o;
+    CHECK_OK(tzr_output_open_file(&o, target));
+    CHECK_OK(o->pwrite_at(o, "hello", 5, 0));
+    CHECK(count_temps(check_tmpdir()));
+    CHECK(tzr_output_remove_temporaries() == 1);
+    CHECK(!count_temps(check_tmpdir()));
+    CHECK_RC(o->finish(o), TZR_ECANCELED);
+    o->destroy(o);
+    size_t len = 0;
+    unsigned char *b = check_read_file(target, &len);
+    CHECK(b && len == 1);
+    free(b);
+    CHECK(tzr_output_remove_temporaries() == 0);
+    /* Once committed, nothing is left to remove and the file stays. */
+    CHECK_OK(tzr_output_open_file(&o, target));
+    CHECK_OK(o->pwrite_at(o, "hello", 5, 0));
+    CHECK_OK(o->finish(o));
+    CHECK(tzr_output_remove_temporaries() == 0);
+    o->destroy(o);
+    CHECK(access(target, F_OK) == 0);
+}
+
+int main(void) {
+    RUN(temp_prefix_short);
+    RUN(temp_prefix_long_fits_name_max);
+    RUN(temp_pid_parse);
+    RUN(stale_removed_live_kept);
+    RUN(refused_targets);
+    RUN(symlink_written_through);
+    RUN(long_name);
+    RUN(remove_temporaries_cancels);
+    return check_done();
+}
