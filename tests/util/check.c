@@ -7,6 +7,7 @@
 
 int check_failed_cases, check_passed_cases, check_skipped_cases;
 int check_case_failed;
+int check_case_checks;
 const char *check_case_name;
 static int case_skipped;
 static char skip_reason[256];
@@ -16,13 +17,28 @@ void check_skip(const char *why) {
     snprintf(skip_reason, sizeof skip_reason, "%s", why);
 }
 
+void check_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("  ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    check_case_checks++;
+    check_case_failed = 1;
+}
+
 void check_run(const char *name, void (*fn)(void)) {
     check_case_failed = 0;
+    check_case_checks = 0;
     case_skipped = 0;
     check_case_name = name;
     fn();
     if (check_case_failed) {
         printf("FAIL %s\n", name);
+        check_failed_cases++;
+    } else if (!case_skipped && check_case_checks == 0) {
+        printf("FAIL %s: no checks (the case returned before checking anything)\n", name);
         check_failed_cases++;
     } else if (case_skipped) {
         printf("SKIP %s: %s\n", name, skip_reason);
