@@ -132,7 +132,7 @@ typedef struct pipeline {
     pthread_cond_t slot_cond;
     atomic_size_t next_unit;
     atomic_int failed;
-    char err_msg[1024];
+    tzr_error_state err; /* the first failure, whole (message, tensor, offset) */
     int err_code;
     size_t err_tensor;
     pthread_mutex_t err_lock;
@@ -161,8 +161,12 @@ static const uint8_t zeros[1 << 16];
 static int fail_at(pipeline *p, int rc, size_t tensor) {
     pthread_mutex_lock(&p->err_lock);
     if (!p->err_code) {
-        int code;
-        tzr_error_save(p->err_msg, sizeof p->err_msg, &code);
+        if (tensor != (size_t)-1 && !tzr_last_error_tensor()) {
+            char nb[TZR_NAMEBUF];
+            const tzr_tensor_info *t = tzr_reader_tensor(p->r, tensor);
+            tzr_error_where(tzr_printable(t->name, t->name_len, nb, sizeof nb), TZR_NO_OFFSET);
+        }
+        tzr_error_keep(&p->err);
         p->err_code = rc;
         p->err_tensor = tensor;
     }
@@ -343,6 +347,7 @@ static int decrypt_piece(pipeline *p, piece *pc, uint8_t *bytes) {
         char what[TZR_NAMEBUF + 256];
         tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what),
                         (unsigned long long)(info->data_offset + pc->toff));
+        tzr_error_where(NULL, info->data_offset + pc->toff);
     }
     return rc;
 }
@@ -415,9 +420,11 @@ static int expand_unit(pipeline *p, size_t u, uint8_t *buf, tzr_zctx **zp) {
         rc = tzr_reader_tensor_key(p->r, pc->tensor, key);
         if (!rc) rc = tzr_crypt_open(&h->crypt, key, info->data_length, un->first_chunk, buf, (size_t)un->len);
         memset(key, 0, sizeof key);
-        if (rc && strstr(tzr_last_error(), "tensor '") == NULL)
+        if (rc && !tzr_last_error_tensor()) {
             tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what),
                             (unsigned long long)un->off);
+            tzr_error_where(NULL, un->off);
+        }
     }
     if (rc) return rc;
     return expand_frames(p, u, pc, ci, un->f0, un->f1, buf + un->skip, (size_t)(un->len - un->skip),
@@ -966,8 +973,10 @@ static int fill_empty(pipeline *p, size_t i, const tzr_tensor_info *t) {
 }
 
 int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_load_stats *stats) {
-    tzr_load_options defaults = TZR_LOAD_OPTIONS_INIT;
-    const tzr_load_options *opt = opt_in ? opt_in : &defaults;
+    tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+    int orc = TZR_OPTS(tzr_load_options, o, opt_in, sizeof o);
+    if (orc) return orc;
+    const tzr_load_options *opt = &o;
     if (!r || !sink || !sink->submit) return tzr_fail(TZR_EINVAL, "tzr_load: NULL reader or incomplete sink");
     if (sink->fence && !sink->wait) return tzr_fail(TZR_EINVAL, "tzr_load: sink has fence() without wait()");
     double t0 = 0;
@@ -1171,7 +1180,10 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         stats->seconds = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0;
         stats->error_tensor = rc ? p->err_tensor : (size_t)-1;
     }
-    if (rc) tzr_error_restore(p->err_msg, p->err_code);
+    if (rc) {
+        p->err.code = p->err_code;
+        tzr_error_put(&p->err);
+    }
     free(p->ts);
     free(p->th);
     if (p->hdr_want != p->want) free(p->hdr_want);
@@ -1190,5 +1202,6 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
 }
 
 void tzr_sink_free(tzr_sink *s) {
+    TZR_KEEP_ERROR;
     if (s && s->destroy) s->destroy(s);
 }

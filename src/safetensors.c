@@ -466,6 +466,7 @@ int tzr_st_metadata_get(const tzr_st_file *f, size_t i, const char **key, const 
 }
 
 void tzr_st_free(tzr_st_file *f) {
+    TZR_KEEP_ERROR;
     if (!f) return;
     for (size_t i = 0; i < f->n; i++) {
         free((void *)f->t[i].pub.name);
@@ -884,6 +885,7 @@ int tzr_st_writer_close(tzr_st_writer *w) {
 }
 
 void tzr_st_writer_abort(tzr_st_writer *w) {
+    TZR_KEEP_ERROR;
     if (!w) return;
     output_discard(w->out);
     writer_free(w);

@@ -189,6 +189,7 @@ static int fill_piece(tzr_shard_set *s, int rank, tzr_shard_piece *pc, uint64_t 
 }
 
 void tzr_shard_result_free(tzr_shard_result *r) {
+    TZR_KEEP_ERROR;
     if (!r) return;
     free(r->pieces);
     free(r->arena);

@@ -284,7 +284,7 @@ static int do_verify(const opts *o, tzr_reader *r) {
         if (rc == 0) break;
         /* Data errors tied to one tensor: report it and go on. */
         if ((rc == TZR_EHASH || rc == TZR_ECRYPT || rc == TZR_EFORMAT) && st.error_tensor < n &&
-            !(rc == TZR_ECRYPT && strstr(tzr_last_error(), "key or password"))) {
+            tzr_last_error_cause() != TZR_CAUSE_KEY) {
             cli_progress_end(&pr);
             printf("BAD %s: %s\n", shown_name(tzr_reader_tensor(r, st.error_tensor)), tzr_last_error());
             v.done[st.error_tensor] = 2;
