@@ -14,6 +14,7 @@ static void one_rc(void) { CHECK_RC(TZR_EINVAL, TZR_EINVAL); }
 static void one_checkf(void) { CHECKF(2 > 1, "never printed"); }
 static void skipped(void) { check_skip("not here"); }
 int main(void) {
+    CHECK(1 == 2); /* setup code outside any case */
     RUN(empty); RUN(helper_gave_up); RUN(one_check); RUN(one_rc); RUN(one_checkf); RUN(skipped);
     return check_done();
 }
@@ -30,5 +31,6 @@ check harness_exit_1_on_failures test "$rc" = 1
 check harness_no_checks_fails grep -qx 'FAIL empty: no checks (the case returned before checking anything)' "$T/out"
 check harness_check_fail_fails grep -qx 'FAIL helper_gave_up' "$T/out"
 check harness_counts_checks sh -c "grep -qx 'PASS one_check' '$T/out' && grep -qx 'PASS one_rc' '$T/out' && grep -qx 'PASS one_checkf' '$T/out'"
+check harness_setup_check_fails grep -qx 'FAIL setup: a check failed before case empty (see stderr)' "$T/out"
 check harness_skip_is_skip grep -qx 'SKIP skipped: not here' "$T/out"
 exit 0

@@ -28,7 +28,19 @@ void check_fail(const char *fmt, ...) {
     check_case_failed = 1;
 }
 
+/* A CHECK or check_fail outside any case (setup code in main, a helper
+ * called between cases) fails the program instead of being forgotten. */
+static void outside_cases(const char *where) {
+    if (!check_case_failed) return;
+    printf("FAIL setup: a check failed %s (see stderr)\n", where);
+    check_failed_cases++;
+    check_case_failed = 0;
+}
+
 void check_run(const char *name, void (*fn)(void)) {
+    char where[300];
+    snprintf(where, sizeof where, "before case %s", name);
+    outside_cases(where);
     check_case_failed = 0;
     check_case_checks = 0;
     case_skipped = 0;
@@ -47,10 +59,13 @@ void check_run(const char *name, void (*fn)(void)) {
         printf("PASS %s\n", name);
         check_passed_cases++;
     }
+    check_case_failed = 0;
+    check_case_name = NULL;
     fflush(stdout);
 }
 
 int check_done(void) {
+    outside_cases("after the last case");
     if (check_failed_cases) return 1;
     if (check_passed_cases == 0 && check_skipped_cases > 0) return 77;
     return 0;
