@@ -878,9 +878,12 @@ int tzr_st_writer_close(tzr_st_writer *w) {
                       (unsigned long long)t->nbytes, (unsigned long long)hole);
     }
     if (!rc && w->out->finish) rc = w->out->finish(w->out);
-    if (rc && w->out->abort) w->out->abort(w->out);
-    if (w->out->destroy) w->out->destroy(w->out);
-    writer_free(w);
+    {
+        TZR_KEEP_ERROR; /* neither abort nor destroy may replace the failure */
+        if (rc && w->out->abort) w->out->abort(w->out);
+        if (w->out->destroy) w->out->destroy(w->out);
+        writer_free(w);
+    }
     return rc;
 }
 

@@ -388,15 +388,12 @@ int tzr_writer_close(tzr_writer *w) {
     if (!rc) rc = put(w, w->index, w->meta_size, TZR_PROLOGUE_LEN);
     if (!rc) rc = put(w, pro, TZR_PROLOGUE_LEN, 0);
     if (!rc) rc = w->out->finish(w->out);
-    if (rc) {
-        char msg[1024];
-        int code;
-        tzr_error_save(msg, sizeof msg, &code);
-        w->out->abort(w->out);
-        tzr_error_restore(msg, code);
+    {
+        TZR_KEEP_ERROR; /* neither abort nor destroy may replace the failure */
+        if (rc) w->out->abort(w->out);
+        w->out->destroy(w->out);
+        writer_release(w);
     }
-    w->out->destroy(w->out);
-    writer_release(w);
     return rc;
 }
 

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "tzr_http.h"
 #include "tzr_load.h"
+#include "tzr_safetensors.h"
 #include "tzr_shard.h"
 
 #include <stddef.h>
@@ -316,7 +317,10 @@ static int noisy_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const
 }
 
 static int out_write(tzr_output *o, const void *buf, size_t len, uint64_t off) { return 0; }
-static int out_finish(tzr_output *o) { return 0; }
+static int finish_fails;
+static int out_finish(tzr_output *o) {
+    return finish_fails ? tzr_set_error(TZR_EIO, "finish failed: disk full") : 0;
+}
 static void out_abort(tzr_output *o) { tzr_set_error(TZR_EIO, "output abort overwrote the error"); }
 static void out_destroy(tzr_output *o) {
     tzr_set_error(TZR_EIO, "output destroy overwrote the error");
@@ -326,6 +330,43 @@ static void out_destroy(tzr_output *o) {
 #define KEPT(msg_part, code)                                                             \
     CHECKF(tzr_last_error_code() == (code) && strstr(tzr_last_error(), msg_part) != NULL, \
            "want %d '%s', have %d '%s'", (int)(code), msg_part, tzr_last_error_code(), tzr_last_error())
+
+static tzr_output *noisy_output(void) {
+    tzr_output *o = calloc(1, sizeof *o);
+    o->pwrite_at = out_write;
+    o->finish = out_finish;
+    o->abort = out_abort;
+    o->destroy = out_destroy;
+    o->name = "noisy-out";
+    return o;
+}
+
+/* A close that fails reports its own failure, not what the output's abort
+ * and destroy recorded after it. */
+static void failed_close_keeps_the_error(void) {
+    finish_fails = 1;
+    tzr_writer *w;
+    CHECK_OK(tzr_writer_open_output(&w, noisy_output(), NULL));
+    if (w) {
+        CHECK_RC(tzr_writer_close(w), TZR_EIO);
+        KEPT("finish failed: disk full", TZR_EIO);
+    }
+    finish_fails = 0;
+    uint64_t sh[1] = {4};
+    tzr_st_tensor t[1];
+    memset(t, 0, sizeof t);
+    t[0].name = "hole";
+    t[0].name_len = 4;
+    t[0].dtype = TZR_DTYPE_F32;
+    t[0].ndim = 1;
+    t[0].shape = sh;
+    t[0].nbytes = 16;
+    tzr_st_writer *sw;
+    CHECK_OK(tzr_st_writer_open(&sw, noisy_output(), t, 1, NULL, NULL, 0));
+    if (!sw) return;
+    CHECK_RC(tzr_st_writer_close(sw), TZR_EINVAL); /* nothing was put */
+    KEPT("only 0 of 16 bytes were put", TZR_EINVAL);
+}
 
 static void frees_keep_the_error(void) {
     /* reader (its source's destroy runs) */
@@ -394,5 +435,6 @@ int main(void) {
     RUN(error_tensor_and_offset);
     RUN(error_hash_and_untied);
     RUN(frees_keep_the_error);
+    RUN(failed_close_keeps_the_error);
     return check_done();
 }
