@@ -11,9 +11,7 @@ static _Thread_local tzr_error_state cur = {0, 0, TZR_NO_OFFSET, {0}, {0}};
 static _Thread_local char about[256];
 #define last_msg cur.msg
 #define last_code cur.code
-
-
-
+_Static_assert(sizeof about == sizeof cur.tensor, "about is copied into cur.tensor");
 
 const char *tzr_strerror(int code) {
     switch (code) {
