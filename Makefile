@@ -53,6 +53,9 @@ $(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/tzr.h $(wildcard include/*
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# Built only through the tool pattern rule, so make would call them
+# intermediate and remove them after the build (an `rm` as make test's last line).
+.SECONDARY: $(TOOL_COMMON_OBJS)
 $(BUILD)/obj/tools_common_%.o: tools/common/%.c $(wildcard tools/common/*.h) $(wildcard include/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itools/common -c $< -o $@
@@ -61,8 +64,11 @@ $(BUILD)/libtzr.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libtzr.so: $(LIB_OBJS)
-	$(CC) -shared -Wl,-soname,libtzr.so.$(SOVER) $(LDFLAGS) -o $(BUILD)/libtzr.so.$(SOVER) $^ $(LIBS)
+# src/libtzr.map: only tzr_* leave the shared library (whatever the
+# compiler's visibility), under the version node LIBTZR_0.
+$(BUILD)/libtzr.so: $(LIB_OBJS) src/libtzr.map
+	$(CC) -shared -Wl,-soname,libtzr.so.$(SOVER) -Wl,--version-script=src/libtzr.map $(LDFLAGS) \
+	  -o $(BUILD)/libtzr.so.$(SOVER) $(LIB_OBJS) $(LIBS)
 	ln -sf libtzr.so.$(SOVER) $@
 
 $(BUILD)/%: tools/%.c $(TOOL_COMMON_OBJS) $(BUILD)/libtzr.a

@@ -9,7 +9,11 @@
  *  - The library never prints, never aborts on bad input, never exits.
  *  - Handles are opaque; every *_free(NULL) is a no-op.
  *  - Option structs start with `struct_size`; initialise them with the
- *    matching *_INIT macro so later versions can add fields.
+ *    matching *_INIT macro so later versions can add fields. Every entry
+ *    point reads at most struct_size bytes (a struct from an older header
+ *    keeps the defaults for fields it lacks), takes NULL as the defaults,
+ *    and refuses a struct_size it does not know with TZR_EINVAL.
+ *  - Freeing or aborting anything never changes the thread's last error.
  *  - This header includes only standard C headers.
  */
 #ifndef TZR_H
@@ -69,6 +73,18 @@ TZR_API const char *tzr_strerror(int code);
 TZR_API const char *tzr_last_error(void);
 /* Code of the last failure in this thread (0 if none). */
 TZR_API int tzr_last_error_code(void);
+/* Where the last failure in this thread happened, when it concerns one
+ * tensor: its name as the message shows it (printable, escaped; NULL when
+ * the failure is not tied to a tensor), and the byte offset in the file
+ * (TZR_NO_OFFSET when unknown). Valid until the next libtzr call. */
+#define TZR_NO_OFFSET UINT64_MAX
+TZR_API const char *tzr_last_error_tensor(void);
+TZR_API uint64_t tzr_last_error_offset(void);
+/* Finer cause of the last failure beyond its code (TZR_CAUSE_NONE if none):
+ * TZR_CAUSE_KEY: TZR_ECRYPT because the key or password is missing or
+ * wrong, so every encrypted tensor would fail the same way. */
+enum { TZR_CAUSE_NONE = 0, TZR_CAUSE_KEY = 1 };
+TZR_API int tzr_last_error_cause(void);
 /* For custom sources, outputs and sinks: record code and message as this
  * thread's last error and return code. */
 #if defined(__GNUC__)

@@ -107,6 +107,7 @@ int tzr_comm_open(tzr_comm **out, void *mpi_comm) {
 }
 
 void tzr_comm_free(tzr_comm *c) {
+    TZR_KEEP_ERROR;
     if (!c) return;
     MPI_Comm_free(&c->comm);
     if (c->finalize) MPI_Finalize();
@@ -320,7 +321,7 @@ int tzr_comm_load(tzr_comm *c, const char *path, const tzr_comm_load_options *op
     *out = NULL;
     if (!c || !path) return tzr_fail(TZR_EINVAL, "comm load: no communicator or path");
     tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
-    if (opt) o = *opt;
+    if (TZR_OPTS(tzr_comm_load_options, o, opt, sizeof o)) return TZR_EINVAL;
     if (!o.chunk_bytes) o.chunk_bytes = (size_t)8 << 20;
     if (o.chunk_bytes > ((size_t)1 << 30)) o.chunk_bytes = (size_t)1 << 30;
     if (o.window < 1) o.window = 4;

@@ -76,6 +76,7 @@ static int nccl_fail(const tzr_nccl_api *n, int err, const char *call) {
 }
 
 void tzr_comm_device_free(tzr_shard_result *layout) {
+    TZR_KEEP_ERROR;
     const tzr_cuda_api *cu;
     if (!layout) return;
     if (layout->arena && tzr_cuda_load(&cu) == 0) cu->cudaFree(layout->arena);
@@ -112,6 +113,9 @@ int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_opti
                          tzr_shard_result **layout) {
     *layout = NULL;
     if (!c || !path) return tzr_fail(TZR_EINVAL, "device load: no communicator or path");
+    tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
+    if (TZR_OPTS(tzr_comm_load_options, o, opt, sizeof o)) return TZR_EINVAL;
+    opt = &o;
     double timeout = opt && opt->timeout_s ? opt->timeout_s : 300;
     int verify = opt ? opt->verify : 1;
     c->agreed_fail = c->peer_failed = 0;

@@ -4,10 +4,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MSG_CAP 1024
-
-static _Thread_local char last_msg[MSG_CAP];
-static _Thread_local int last_code;
+/* One thread's last failure: the message plus what it concerns, so callers
+ * (and the library itself) never have to parse the text. */
+static _Thread_local tzr_error_state cur = {0, 0, TZR_NO_OFFSET, {0}, {0}};
+/* The tensor the next failure concerns (tzr_error_about). */
+static _Thread_local char about[256];
+#define last_msg cur.msg
+#define last_code cur.code
+_Static_assert(sizeof about == sizeof cur.tensor, "about is copied into cur.tensor");
 
 const char *tzr_strerror(int code) {
     switch (code) {
@@ -38,9 +42,37 @@ const char *tzr_strerror(int code) {
 const char *tzr_last_error(void) { return last_msg; }
 int tzr_last_error_code(void) { return last_code; }
 
+const char *tzr_last_error_tensor(void) { return cur.tensor[0] ? cur.tensor : NULL; }
+uint64_t tzr_last_error_offset(void) { return cur.offset; }
+int tzr_last_error_cause(void) { return cur.cause; }
+
+/* A new failure: it concerns the tensor announced by tzr_error_about (if
+ * any); the offset is unknown until tzr_error_where says. */
 int tzr_vfail(int code, const char *fmt, va_list ap) {
     vsnprintf(last_msg, sizeof last_msg, fmt, ap);
     last_code = code;
+    cur.cause = TZR_CAUSE_NONE;
+    cur.offset = TZR_NO_OFFSET;
+    memcpy(cur.tensor, about, sizeof about);
+    about[0] = 0;
+    return code;
+}
+
+void tzr_error_about(const char *tensor) { snprintf(about, sizeof about, "%s", tensor ? tensor : ""); }
+
+void tzr_error_where(const char *tensor, uint64_t offset) {
+    if (tensor) snprintf(cur.tensor, sizeof cur.tensor, "%s", tensor);
+    if (offset != TZR_NO_OFFSET) cur.offset = offset;
+}
+
+void tzr_error_set_cause(int cause) { cur.cause = cause; }
+
+int tzr_fail_at(int code, const char *tensor, uint64_t offset, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    tzr_vfail(code, fmt, ap);
+    va_end(ap);
+    tzr_error_where(tensor, offset);
     return code;
 }
 
@@ -61,12 +93,13 @@ int tzr_set_error(int code, const char *fmt, ...) {
 }
 
 int tzr_fail_prefix(int code, const char *fmt, ...) {
-    char prefix[MSG_CAP], old[MSG_CAP];
+    char prefix[TZR_ERR_MSG_CAP], old[TZR_ERR_MSG_CAP];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, last_msg, sizeof old);
+    /* Same failure, more context: where it happened stays as it was. */
     size_t n = strlen(prefix);
     if (n >= sizeof last_msg) n = sizeof last_msg - 1;
     memcpy(last_msg, prefix, n);
@@ -75,13 +108,22 @@ int tzr_fail_prefix(int code, const char *fmt, ...) {
     memcpy(last_msg + n, old, m);
     last_msg[n + m] = 0;
     last_code = code;
+    if (about[0]) memcpy(cur.tensor, about, sizeof about);
+    about[0] = 0;
     return code;
 }
 
 void tzr_clear_error(void) {
+    about[0] = 0;
     last_msg[0] = 0;
     last_code = 0;
+    cur.cause = TZR_CAUSE_NONE;
+    cur.offset = TZR_NO_OFFSET;
+    cur.tensor[0] = 0;
 }
+
+void tzr_error_keep(tzr_error_state *s) { *s = cur; }
+void tzr_error_put(const tzr_error_state *s) { cur = *s; }
 
 void tzr_error_save(char *buf, size_t cap, int *code) {
     snprintf(buf, cap, "%s", last_msg);
@@ -91,6 +133,9 @@ void tzr_error_save(char *buf, size_t cap, int *code) {
 void tzr_error_restore(const char *msg, int code) {
     snprintf(last_msg, sizeof last_msg, "%s", msg);
     last_code = code;
+    cur.cause = TZR_CAUSE_NONE;
+    cur.offset = TZR_NO_OFFSET;
+    cur.tensor[0] = 0;
 }
 
 const char *tzr_printable(const char *bytes, size_t len, char *buf, size_t cap) {

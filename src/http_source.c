@@ -627,6 +627,9 @@ static int http_probe(http_src *h) {
 int tzr_source_open_url(tzr_source **out, const char *url, const tzr_http_options *opt) {
     if (!out) return tzr_fail(TZR_EINVAL, "NULL output pointer");
     *out = NULL;
+    tzr_http_options ho = TZR_HTTP_OPTIONS_INIT;
+    if (TZR_OPTS(tzr_http_options, ho, opt, sizeof ho)) return TZR_EINVAL;
+    opt = &ho;
     if (!url || !tzr_is_url(url)) return tzr_fail(TZR_EINVAL, "%s: not an http(s):// or s3:// URL",
                                                    url ? url : "(null)");
     http_src *h = calloc(1, sizeof *h);

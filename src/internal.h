@@ -19,9 +19,57 @@ TZR_HIDDEN int tzr_vfail(int code, const char *fmt, va_list ap);
 TZR_HIDDEN int tzr_fail_prefix(int code, const char *fmt, ...) TZR_PRINTF(2, 3);
 /* Clear the thread's error (successful public calls need not). */
 TZR_HIDDEN void tzr_clear_error(void);
+/* A failure tied to a tensor (its printable name, or NULL) and a byte
+ * offset (TZR_NO_OFFSET: none): readable with tzr_last_error_tensor/_offset,
+ * so code decides on these, never on the message text. */
+TZR_HIDDEN int tzr_fail_at(int code, const char *tensor, uint64_t offset, const char *fmt, ...)
+    TZR_PRINTF(4, 5);
+/* Attach a tensor / offset to the current failure (NULL / TZR_NO_OFFSET
+ * leave that part as it is); tzr_fail_prefix keeps them too. */
+TZR_HIDDEN void tzr_error_where(const char *tensor, uint64_t offset);
+/* The next tzr_fail* in this thread concerns this tensor (its printable
+ * name): the helper that writes "tensor 'x'" into messages calls it, so
+ * every message naming a tensor records it. */
+TZR_HIDDEN void tzr_error_about(const char *tensor);
+/* Mark the current failure with a TZR_CAUSE_* (cleared by the next fail). */
+TZR_HIDDEN void tzr_error_set_cause(int cause);
 /* Copy of this thread's message, for handing errors between threads. */
 TZR_HIDDEN void tzr_error_save(char *buf, size_t cap, int *code);
 TZR_HIDDEN void tzr_error_restore(const char *msg, int code);
+
+/* The whole error state of a thread: for handing a failure to another
+ * thread, and for cleanup that must not overwrite the failure it follows. */
+#define TZR_ERR_MSG_CAP 1024
+typedef struct tzr_error_state {
+    int code;
+    int cause;
+    uint64_t offset;
+    char tensor[256];
+    char msg[TZR_ERR_MSG_CAP];
+} tzr_error_state;
+TZR_HIDDEN void tzr_error_keep(tzr_error_state *s);
+TZR_HIDDEN void tzr_error_put(const tzr_error_state *s);
+/* First statement of every free/abort/close-after-failure: the thread's
+ * error is put back when the function returns, whatever the callbacks it
+ * runs (a source's destroy, an output's abort) record meanwhile. */
+#define TZR_KEEP_ERROR                                                            \
+    tzr_error_state tzr_kept_error_ __attribute__((cleanup(tzr_error_put))); \
+    tzr_error_keep(&tzr_kept_error_)
+
+/* Every public entry point taking an options struct reads it through this:
+ * `copy` holds the defaults (the struct's *_INIT); opt may be NULL (the
+ * defaults), else its struct_size must lie between `first` (the size of
+ * the struct's first published version) and ours, else TZR_EINVAL naming
+ * the struct. The caller's struct_size bytes are copied over the defaults,
+ * so fields an older caller lacks keep them. Then read only `copy`:
+ *     tzr_reader_options o = TZR_READER_OPTIONS_INIT;
+ *     int rc = TZR_OPTS(tzr_reader_options, o, opt, sizeof o);
+ *     opt = &o; */
+TZR_HIDDEN int tzr_opts_take(void *copy, size_t ours, size_t first, const void *given, const char *type);
+/* (The sizeof terms only make the compiler check copy, opt and type agree.) */
+#define TZR_OPTS(type, copy, opt, first)                                                    \
+    tzr_opts_take(&(copy), sizeof(type) + 0 * sizeof((copy) = *(opt)) + 0 * sizeof((type *)0 == &(copy)), \
+                  (first), (opt), #type)
 
 /* Overflow-checked arithmetic: return 0 on overflow. */
 static inline int tzr_add_ok(uint64_t a, uint64_t b, uint64_t *out) {

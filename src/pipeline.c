@@ -140,7 +140,7 @@ typedef struct pipeline {
     pthread_cond_t slot_cond;
     atomic_size_t next_unit;
     atomic_int failed;
-    char err_msg[1024];
+    tzr_error_state err; /* the first failure, whole (message, tensor, offset) */
     int err_code;
     size_t err_tensor;
     pthread_mutex_t err_lock;
@@ -181,8 +181,12 @@ static const uint8_t zeros[1 << 16];
 static int fail_at(pipeline *p, int rc, size_t tensor) {
     pthread_mutex_lock(&p->err_lock);
     if (!p->err_code) {
-        int code;
-        tzr_error_save(p->err_msg, sizeof p->err_msg, &code);
+        if (tensor != (size_t)-1 && !tzr_last_error_tensor()) {
+            char nb[TZR_NAMEBUF];
+            const tzr_tensor_info *t = tzr_reader_tensor(p->r, tensor);
+            tzr_error_where(tzr_printable(t->name, t->name_len, nb, sizeof nb), TZR_NO_OFFSET);
+        }
+        tzr_error_keep(&p->err);
         p->err_code = rc;
         p->err_tensor = tensor;
     }
@@ -302,9 +306,12 @@ static void check_key_after(pipeline *p, size_t tensor) {
         int rc = tzr_reader_key_opens_others(p->r, tensor, &opens);
         tzr_error_restore(saved, code);
         atomic_store(&p->key_state, rc == 0 && opens == 0 ? 2 : 1);
-        if (rc == 0 && opens == 0)
-            fail(p, tzr_fail(TZR_ECRYPT, "%s: wrong key or password: no tensor decrypts with it (first tried: %s)",
-                             tzr_reader_source(p->r)->name, saved));
+        if (rc == 0 && opens == 0) {
+            int e = tzr_fail(TZR_ECRYPT, "%s: wrong key or password: no tensor decrypts with it (first tried: %s)",
+                             tzr_reader_source(p->r)->name, saved);
+            tzr_error_set_cause(TZR_CAUSE_KEY);
+            fail(p, e);
+        }
     }
     pthread_mutex_unlock(&p->key_lock);
 }
@@ -514,6 +521,7 @@ static int decrypt_piece(pipeline *p, piece *pc, uint8_t *bytes) {
         char what[TZR_NAMEBUF + 256];
         tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what),
                         (unsigned long long)(info->data_offset + pc->toff));
+        tzr_error_where(NULL, info->data_offset + pc->toff);
         check_key_after(p, pc->tensor);
     } else {
         key_opened(p);
@@ -591,8 +599,11 @@ static int expand_unit(pipeline *p, size_t u, uint8_t *buf, tzr_zctx **zp) {
         rc = tzr_crypt_open(&h->crypt, key, info->data_length, un->first_chunk, buf, (size_t)un->len);
         memset(key, 0, sizeof key);
         if (rc) {
-            tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what),
-                            (unsigned long long)un->off);
+            if (!tzr_last_error_tensor()) {
+                tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(p->r, pc->tensor, what, sizeof what),
+                                (unsigned long long)un->off);
+                tzr_error_where(NULL, un->off);
+            }
             check_key_after(p, pc->tensor);
         } else {
             key_opened(p);
@@ -1228,8 +1239,10 @@ static int fill_empty(pipeline *p, size_t i, const tzr_tensor_info *t) {
 }
 
 int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_load_stats *stats) {
-    tzr_load_options defaults = TZR_LOAD_OPTIONS_INIT;
-    const tzr_load_options *opt = opt_in ? opt_in : &defaults;
+    tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+    int orc = TZR_OPTS(tzr_load_options, o, opt_in, sizeof o);
+    if (orc) return orc;
+    const tzr_load_options *opt = &o;
     if (!r || !sink || !sink->submit) return tzr_fail(TZR_EINVAL, "tzr_load: NULL reader or incomplete sink");
     if (sink->fence && !sink->wait) return tzr_fail(TZR_EINVAL, "tzr_load: sink has fence() without wait()");
     double t0 = 0;
@@ -1452,7 +1465,9 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             if (p->bads[k].tensor < first->tensor) first = &p->bads[k];
         rc = tzr_fail(first->code, "%zu of %zu tensors failed their checks; the first: %s", p->nbads, p->nrequested,
                       first->msg);
-        tzr_error_save(p->err_msg, sizeof p->err_msg, &p->err_code);
+        tzr_error_about(tzr_reader_tensor(r, first->tensor)->name);
+        tzr_error_keep(&p->err);
+        p->err_code = rc;
         p->err_tensor = first->tensor;
     }
     for (size_t k = 0; k < p->nbads; k++) free(p->bads[k].msg);
@@ -1481,7 +1496,10 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         stats->seconds = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0;
         stats->error_tensor = rc ? p->err_tensor : (size_t)-1;
     }
-    if (rc) tzr_error_restore(p->err_msg, p->err_code);
+    if (rc) {
+        p->err.code = p->err_code;
+        tzr_error_put(&p->err);
+    }
     free(p->ts);
     free(p->th);
     if (p->hdr_want != p->want) free(p->hdr_want);
@@ -1501,5 +1519,6 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
 }
 
 void tzr_sink_free(tzr_sink *s) {
+    TZR_KEEP_ERROR;
     if (s && s->destroy) s->destroy(s);
 }

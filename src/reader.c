@@ -80,6 +80,7 @@ const char *tzr_reader_what(const tzr_reader *r, size_t i, char *buf, size_t cap
     char nb[TZR_NAMEBUF];
     const tzr_tensor_info *t = &r->t[i].info;
     snprintf(buf, cap, "%s: tensor '%s'", r->src->name, tzr_printable(t->name, t->name_len, nb, sizeof nb));
+    tzr_error_about(nb); /* messages that name it record it too */
     return buf;
 }
 
@@ -421,9 +422,12 @@ int tzr_reader_tensor_key(tzr_reader *r, size_t i, uint8_t key[32]) {
         if (rc) return tzr_fail_prefix(rc, "%s: header at offset %llu: ", tzr_reader_what(r, i, what, sizeof what), hoff);
         return 0;
     }
-    if (!r->have_key)
-        return tzr_fail(TZR_ECRYPT, "%s at offset %llu is encrypted: a key or password is needed",
-                        tzr_reader_what(r, i, what, sizeof what), (unsigned long long)r->t[i].info.data_offset);
+    if (!r->have_key) {
+        tzr_fail(TZR_ECRYPT, "%s at offset %llu is encrypted: a key or password is needed",
+                 tzr_reader_what(r, i, what, sizeof what), (unsigned long long)r->t[i].info.data_offset);
+        tzr_error_set_cause(TZR_CAUSE_KEY);
+        return TZR_ECRYPT;
+    }
     memcpy(key, r->key, 32);
     return 0;
 }
@@ -686,9 +690,14 @@ static int check_end_marker(tzr_reader *r, uint64_t records_end, const uint8_t *
 
 int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_options *opt) {
     *out = NULL;
-    tzr_reader_options defaults = TZR_READER_OPTIONS_INIT;
-    if (!opt) opt = &defaults;
+    tzr_reader_options o = TZR_READER_OPTIONS_INIT;
+    int orc = TZR_OPTS(tzr_reader_options, o, opt, sizeof o);
+    opt = &o;
     if (!src) return tzr_fail(TZR_EINVAL, "NULL source");
+    if (orc) {
+        tzr_source_free(src);
+        return orc;
+    }
     tzr_reader *r = calloc(1, sizeof *r);
     if (!r) {
         tzr_source_free(src);
@@ -782,6 +791,7 @@ int tzr_reader_open(tzr_reader **out, const char *path, const tzr_reader_options
 }
 
 void tzr_reader_free(tzr_reader *r) {
+    TZR_KEEP_ERROR;
     if (!r) return;
     tzr_arena_free(&r->strings);
     tzr_arena_free(&r->headers);
@@ -874,9 +884,11 @@ static int read_tensor(tzr_reader *r, size_t i, void *dst, size_t dst_len, int v
         uint8_t key[32];
         rc = tzr_reader_tensor_key(r, i, key);
         if (!rc) rc = tzr_crypt_open(&h->crypt, key, t->data_length, 0, buf, (size_t)t->data_length);
-        if (rc && tzr_last_error_code() == rc && strstr(tzr_last_error(), "tensor '") == NULL)
+        if (rc && tzr_last_error_code() == rc && !tzr_last_error_tensor()) {
             tzr_fail_prefix(rc, "%s at offset %llu: ", tzr_reader_what(r, i, what, sizeof what),
                             (unsigned long long)t->data_offset);
+            tzr_error_where(NULL, t->data_offset);
+        }
         memset(key, 0, sizeof key);
     }
     if (!rc && zstd) {

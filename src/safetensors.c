@@ -466,6 +466,7 @@ int tzr_st_metadata_get(const tzr_st_file *f, size_t i, const char **key, const 
 }
 
 void tzr_st_free(tzr_st_file *f) {
+    TZR_KEEP_ERROR;
     if (!f) return;
     for (size_t i = 0; i < f->n; i++) {
         free((void *)f->t[i].pub.name);
@@ -877,13 +878,17 @@ int tzr_st_writer_close(tzr_st_writer *w) {
                       (unsigned long long)t->nbytes, (unsigned long long)hole);
     }
     if (!rc && w->out->finish) rc = w->out->finish(w->out);
-    if (rc && w->out->abort) w->out->abort(w->out);
-    if (w->out->destroy) w->out->destroy(w->out);
-    writer_free(w);
+    {
+        TZR_KEEP_ERROR; /* neither abort nor destroy may replace the failure */
+        if (rc && w->out->abort) w->out->abort(w->out);
+        if (w->out->destroy) w->out->destroy(w->out);
+        writer_free(w);
+    }
     return rc;
 }
 
 void tzr_st_writer_abort(tzr_st_writer *w) {
+    TZR_KEEP_ERROR;
     if (!w) return;
     output_discard(w->out);
     writer_free(w);

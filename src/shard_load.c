@@ -355,6 +355,7 @@ int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char 
 }
 
 void tzr_shard_result_free(tzr_shard_result *r) {
+    TZR_KEEP_ERROR;
     if (!r) return;
     free(r->pieces);
     free(r->arena);

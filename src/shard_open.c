@@ -105,6 +105,9 @@ static int check_shard(tzr_shard_set *s, int k) {
 
 int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_options *opt) {
     *out = NULL;
+    tzr_shard_open_options o = TZR_SHARD_OPEN_OPTIONS_INIT;
+    if (TZR_OPTS(tzr_shard_open_options, o, opt, sizeof o)) return TZR_EINVAL;
+    opt = &o;
     if (!path) return tzr_fail(TZR_EINVAL, "no path");
     tzr_shard_set *s = calloc(1, sizeof *s);
     if (!s || !(s->path = strdup(path))) {
@@ -135,6 +138,7 @@ int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_o
 }
 
 void tzr_shard_close(tzr_shard_set *s) {
+    TZR_KEEP_ERROR;
     if (!s) return;
     for (int k = 0; s->readers && k < s->tb.nshards; k++) tzr_reader_free(s->readers[k]);
     free(s->readers);

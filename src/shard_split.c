@@ -63,6 +63,9 @@ static int split_one(tzr_reader *in, size_t i, tzr_shard_writer **w, int n, cons
 
 int tzr_shard_split(tzr_reader *in, const char *prefix, int nshards, const char *rules,
                     const tzr_shard_split_options *opt) {
+    tzr_shard_split_options o = TZR_SHARD_SPLIT_OPTIONS_INIT;
+    if (TZR_OPTS(tzr_shard_split_options, o, opt, sizeof o)) return TZR_EINVAL;
+    opt = &o;
     if (!in || !prefix || nshards < 1 || nshards > TZR_SHARD_MAX)
         return tzr_fail(TZR_EINVAL, "split: bad reader, prefix or shard count %d", nshards);
     shard_rules rl;

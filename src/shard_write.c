@@ -17,6 +17,9 @@ struct tzr_shard_writer {
 int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, int rank, int nranks,
                           const tzr_shard_writer_options *opt) {
     *out = NULL;
+    tzr_shard_writer_options o = TZR_SHARD_WRITER_OPTIONS_INIT;
+    if (TZR_OPTS(tzr_shard_writer_options, o, opt, sizeof o)) return TZR_EINVAL;
+    opt = &o;
     tzr_shard_writer *sw = calloc(1, sizeof *sw);
     if (!sw) return tzr_fail(TZR_ENOMEM, "out of memory");
     int rc = tzr_shard_file_name(sw->path, sizeof sw->path, prefix, rank, nranks, ".tensors");
@@ -108,6 +111,7 @@ int tzr_shard_writer_close(tzr_shard_writer *sw) {
 }
 
 void tzr_shard_writer_abort(tzr_shard_writer *sw) {
+    TZR_KEEP_ERROR;
     if (!sw) return;
     tzr_writer_abort(sw->w);
     shard_table_free(&sw->tb);

@@ -52,5 +52,6 @@ int tzr_source_open_memory(tzr_source **out, const void *data, size_t len, const
 }
 
 void tzr_source_free(tzr_source *src) {
+    TZR_KEEP_ERROR;
     if (src && src->destroy) src->destroy(src);
 }

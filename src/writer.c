@@ -84,8 +84,15 @@ static int name_set_add(tzr_writer *w, const char *name, size_t len) {
 
 int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writer_options *opt) {
     *outp = NULL;
-    tzr_writer_options defaults = TZR_WRITER_OPTIONS_INIT;
-    if (!opt) opt = &defaults;
+    /* The first version ended before the compression fields. */
+    tzr_writer_options o = TZR_WRITER_OPTIONS_INIT;
+    int orc = TZR_OPTS(tzr_writer_options, o, opt, offsetof(tzr_writer_options, compression));
+    opt = &o;
+    if (orc) {
+        TZR_KEEP_ERROR; /* the output's destroy must not replace the message */
+        output->destroy(output);
+        return orc;
+    }
     tzr_writer *w = calloc(1, sizeof *w);
     if (!w) {
         output->destroy(output);
@@ -98,9 +105,7 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
     if (!rc && !(w->index = calloc(1, (size_t)w->meta_size))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     w->pos = TZR_PROLOGUE_LEN + w->meta_size;
     w->version = 1;
-    /* Fields added later are read only when the caller's struct has them. */
-    if (opt->struct_size >= offsetof(tzr_writer_options, threads) + sizeof opt->threads &&
-        opt->compression != TZR_COMPRESSION_NONE) {
+    if (opt->compression != TZR_COMPRESSION_NONE) {
         uint64_t fs = opt->frame_size ? opt->frame_size : (uint64_t)4 << 20;
         if (opt->compression != TZR_COMPRESSION_ZSTD)
             rc = tzr_fail(TZR_EINVAL, "unknown compression %d", opt->compression);
@@ -383,19 +388,17 @@ int tzr_writer_close(tzr_writer *w) {
     if (!rc) rc = put(w, w->index, w->meta_size, TZR_PROLOGUE_LEN);
     if (!rc) rc = put(w, pro, TZR_PROLOGUE_LEN, 0);
     if (!rc) rc = w->out->finish(w->out);
-    if (rc) {
-        char msg[1024];
-        int code;
-        tzr_error_save(msg, sizeof msg, &code);
-        w->out->abort(w->out);
-        tzr_error_restore(msg, code);
+    {
+        TZR_KEEP_ERROR; /* neither abort nor destroy may replace the failure */
+        if (rc) w->out->abort(w->out);
+        w->out->destroy(w->out);
+        writer_release(w);
     }
-    w->out->destroy(w->out);
-    writer_release(w);
     return rc;
 }
 
 void tzr_writer_abort(tzr_writer *w) {
+    TZR_KEEP_ERROR;
     if (!w) return;
     if (w->out) {
         w->out->abort(w->out);

@@ -119,9 +119,11 @@ assert list(json.loads(raw[8:8+n]))==['__metadata__','embed.weight']"
 head -c 32 /dev/urandom > "$T/key"
 $TZ -q "$T/a.safetensors" -o "$T/enc.tensors" --key-file "$T/key"
 check enc_verify_with_key $DT "$T/enc.tensors" --verify --key-file "$T/key"
-$DT "$T/enc.tensors" --verify > /dev/null 2> "$T/nokey.err"
+$DT "$T/enc.tensors" --verify > "$T/nokey.out" 2> "$T/nokey.err"
 check enc_no_key_fails test $? = 1
 check enc_no_key_message grep -q "key or password is needed" "$T/nokey.err"
+# A missing key is one error for the file (TZR_CAUSE_KEY), not a BAD per tensor.
+check enc_no_key_no_bad_lines sh -c "! grep -q '^BAD' '$T/nokey.out'"
 head -c 32 /dev/urandom > "$T/key2"
 $DT "$T/enc.tensors" --verify --key-file "$T/key2" > "$T/wrong.out" 2> "$T/wrong.err"
 check enc_wrong_key_fails test $? = 1

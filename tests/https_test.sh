@@ -17,7 +17,8 @@ skip_all() {
 }
 # Only what this script sets may decide which CAs are trusted.
 unset AWS_CA_BUNDLE CURL_CA_BUNDLE SSL_CERT_FILE SSL_CERT_DIR
-[ -x "$DT" ] && [ -x "$TZ" ] && [ -x "$BENCH" ] || skip_all "tools not built in $BUILD"
+# Not built is a broken build, not a missing service: fail.
+[ -x "$DT" ] && [ -x "$TZ" ] && [ -x "$BENCH" ] || { fail https_setup "tools not built in $BUILD"; exit 1; }
 command -v openssl >/dev/null || skip_all "openssl missing"
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$NGINX" ] || skip_all "nginx missing"

@@ -2,7 +2,9 @@
 # Runs every test program and script, then prints the summary line
 # "N passed, N failed, N skipped" counted over individual cases.
 # A program that exits 77 with no case lines counts as one skipped case;
-# a program that crashes or fails without printing FAIL counts as one failure.
+# a program that crashes or fails without printing FAIL counts as one failure,
+# and so does one that exits 0 without printing any PASS/FAIL/SKIP line
+# (it checked nothing we can count).
 set -u
 BUILD=${BUILD:-build}
 export BUILD
@@ -22,6 +24,9 @@ run_one() {
     if [ "$rc" = 77 ] && [ $((p + f + s)) = 0 ]; then s=1; echo "  [$name] SKIP: $(tail -1 "$log/$name.err")"; fi
     if [ "$rc" != 0 ] && [ "$rc" != 77 ] && [ "$f" = 0 ]; then
         f=1; echo "  [$name] FAIL: exit status $rc"
+    fi
+    if [ "$rc" = 0 ] && [ $((p + f + s)) = 0 ]; then
+        f=1; echo "  [$name] FAIL: exited 0 without printing a PASS/FAIL/SKIP line"
     fi
     if [ "$f" != 0 ]; then sed 's/^/    | /' "$log/$name.err" | tail -40; fi
     printf '%-28s %3d passed %3d failed %3d skipped\n' "$name" "$p" "$f" "$s"

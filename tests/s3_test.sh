@@ -13,7 +13,8 @@ skip_all() {
     for c in $cases; do echo "SKIP $c: $1"; done
     exit 77
 }
-[ -x "$bin" ] || skip_all "$bin not built"
+# Not built is a broken build, not a missing service: fail.
+[ -x "$bin" ] || { echo "FAIL s3_setup: $bin not built"; exit 1; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tzr-s3.XXXXXX") || skip_all "no temp dir"
 trap 'timeout 30 bash tests/util/swift.sh stop "$tmp/swift"; rm -rf "$tmp"' EXIT
 endpoint=$(timeout 120 bash tests/util/swift.sh start "$tmp/swift" 2>"$tmp/swift.err")

@@ -97,7 +97,7 @@ static tzr_reader *open_r(const char *path, const uint8_t *key, int verify) {
     o.read_headers = 1;
     tzr_reader *r = NULL;
     int rc = tzr_reader_open(&r, path, &o);
-    if (rc) fprintf(stderr, "  open %s: %s\n", path, tzr_last_error());
+    if (rc) check_fail("open %s: %s", path, tzr_last_error());
     return r;
 }
 

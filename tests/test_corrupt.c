@@ -73,7 +73,7 @@ static void wadd(tzr_writer *w, const char *name, tzr_dtype d, uint32_t ndim, co
                  const void *data) {
     tzr_tensor_desc t = {name, strlen(name), TZR_STATE_DICT, 0, NULL, 0, d, ndim, shape, meta};
     int rc = tzr_writer_add(w, &t, data);
-    if (rc) fprintf(stderr, "writer add %s: %s\n", name, tzr_last_error());
+    if (rc) check_fail("writer add %s: %s", name, tzr_last_error());
 }
 
 static unsigned char *write_small(int kind, size_t *len) {

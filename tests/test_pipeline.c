@@ -29,7 +29,7 @@ static tzr_reader *open_r(const char *path, const uint8_t *key, int verify) {
     o.verify = verify;
     tzr_reader *r = NULL;
     int rc = tzr_reader_open(&r, path, &o);
-    if (rc) fprintf(stderr, "  open %s: %s\n", path, tzr_last_error());
+    if (rc) check_fail("open %s: %s", path, tzr_last_error());
     return r;
 }
 
@@ -641,9 +641,14 @@ static void direct_io(void) {
         if (!r) break;
         tzr_source *src = tzr_reader_source(r);
         int probe = src->set_direct ? src->set_direct(src, 1) : TZR_ENOTSUP;
-        if (probe) {
+        if (probe == TZR_ENOTSUP) { /* only a refusal is a skip; any other error fails */
             tzr_reader_free(r);
             check_skip("this file system refuses O_DIRECT");
+            break;
+        }
+        CHECK_OK(probe);
+        if (probe) {
+            tzr_reader_free(r);
             break;
         }
         src->set_direct(src, 0);

@@ -7,6 +7,7 @@
 
 int check_failed_cases, check_passed_cases, check_skipped_cases;
 int check_case_failed;
+int check_case_checks;
 const char *check_case_name;
 static int case_skipped;
 static char skip_reason[256];
@@ -16,13 +17,40 @@ void check_skip(const char *why) {
     snprintf(skip_reason, sizeof skip_reason, "%s", why);
 }
 
-void check_run(const char *name, void (*fn)(void)) {
+void check_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("  ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    check_case_checks++;
+    check_case_failed = 1;
+}
+
+/* A CHECK or check_fail outside any case (setup code in main, a helper
+ * called between cases) fails the program instead of being forgotten. */
+static void outside_cases(const char *where) {
+    if (!check_case_failed) return;
+    printf("FAIL setup: a check failed %s (see stderr)\n", where);
+    check_failed_cases++;
     check_case_failed = 0;
+}
+
+void check_run(const char *name, void (*fn)(void)) {
+    char where[300];
+    snprintf(where, sizeof where, "before case %s", name);
+    outside_cases(where);
+    check_case_failed = 0;
+    check_case_checks = 0;
     case_skipped = 0;
     check_case_name = name;
     fn();
     if (check_case_failed) {
         printf("FAIL %s\n", name);
+        check_failed_cases++;
+    } else if (!case_skipped && check_case_checks == 0) {
+        printf("FAIL %s: no checks (the case returned before checking anything)\n", name);
         check_failed_cases++;
     } else if (case_skipped) {
         printf("SKIP %s: %s\n", name, skip_reason);
@@ -31,10 +59,13 @@ void check_run(const char *name, void (*fn)(void)) {
         printf("PASS %s\n", name);
         check_passed_cases++;
     }
+    check_case_failed = 0;
+    check_case_name = NULL;
     fflush(stdout);
 }
 
 int check_done(void) {
+    outside_cases("after the last case");
     if (check_failed_cases) return 1;
     if (check_passed_cases == 0 && check_skipped_cases > 0) return 77;
     return 0;

@@ -1,7 +1,10 @@
 /* Minimal test harness: each test program runs named cases and prints one
  * line per case ("PASS name" / "FAIL name: why" / "SKIP name: why");
  * tests/run.sh counts those lines. Exit status: 0 all passed, 1 some failed,
- * 77 everything skipped. */
+ * 77 everything skipped. A case that evaluated no CHECK* at all (and did
+ * not skip) FAILs with "no checks": a case must not pass by checking
+ * nothing, e.g. when a helper gave up early. Helpers that fail mark the
+ * case failed (check_fail) instead of only printing. */
 #ifndef TZR_CHECK_H
 #define TZR_CHECK_H
 
@@ -13,10 +16,12 @@
 
 extern int check_failed_cases, check_passed_cases, check_skipped_cases;
 extern int check_case_failed;
+extern int check_case_checks; /* CHECK* evaluations in the running case */
 extern const char *check_case_name;
 
 #define CHECK(cond)                                                                   \
     do {                                                                              \
+        check_case_checks++;                                                          \
         if (!(cond)) {                                                                \
             fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
             check_case_failed = 1;                                                    \
@@ -27,6 +32,7 @@ extern const char *check_case_name;
 #define CHECK_RC(call, want)                                                               \
     do {                                                                                   \
         int rc_ = (call);                                                                  \
+        check_case_checks++;                                                               \
         if (rc_ != (want)) {                                                               \
             fprintf(stderr, "  %s:%d: %s returned %d (%s), want %d; message: %s\n", __FILE__, \
                     __LINE__, #call, rc_, tzr_strerror(rc_), (int)(want), tzr_last_error()); \
@@ -35,6 +41,20 @@ extern const char *check_case_name;
     } while (0)
 
 #define CHECK_OK(call) CHECK_RC(call, 0)
+
+/* A check with its own failure message (printf-style); counts like CHECK. */
+#define CHECKF(cond, ...)                                       \
+    do {                                                        \
+        check_case_checks++;                                    \
+        if (!(cond)) {                                          \
+            fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__);   \
+            fprintf(stderr, __VA_ARGS__);                       \
+            fputc('\n', stderr);                                \
+            check_case_failed = 1;                              \
+        }                                                       \
+    } while (0)
+/* Mark the running case failed from a helper, with a printf-style why. */
+void check_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Run one case: a function void f(void). */
 #define RUN(fn) check_run(#fn, fn)
