@@ -628,7 +628,7 @@ int tzr_source_open_url(tzr_source **out, const char *url, const tzr_http_option
     if (!out) return tzr_fail(TZR_EINVAL, "NULL output pointer");
     *out = NULL;
     tzr_http_options ho = TZR_HTTP_OPTIONS_INIT;
-    if (TZR_OPTS(tzr_http_options, ho, opt, sizeof ho)) return TZR_EINVAL;
+    if (TZR_OPTS(tzr_http_options, ho, opt, offsetof(tzr_http_options, stall_timeout_s))) return TZR_EINVAL;
     opt = &ho;
     if (!url || !tzr_is_url(url)) return tzr_fail(TZR_EINVAL, "%s: not an http(s):// or s3:// URL",
                                                    url ? url : "(null)");

@@ -1240,7 +1240,7 @@ static int fill_empty(pipeline *p, size_t i, const tzr_tensor_info *t) {
 
 int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_load_stats *stats) {
     tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
-    int orc = TZR_OPTS(tzr_load_options, o, opt_in, sizeof o);
+    int orc = TZR_OPTS(tzr_load_options, o, opt_in, offsetof(tzr_load_options, on_tensor_error));
     if (orc) return orc;
     const tzr_load_options *opt = &o;
     if (!r || !sink || !sink->submit) return tzr_fail(TZR_EINVAL, "tzr_load: NULL reader or incomplete sink");

@@ -351,7 +351,7 @@ int tzr_output_open_s3(tzr_output **out, const char *url, const tzr_http_options
     if (!out) return tzr_fail(TZR_EINVAL, "NULL output pointer");
     *out = NULL;
     tzr_http_options ho = TZR_HTTP_OPTIONS_INIT;
-    if (TZR_OPTS(tzr_http_options, ho, opt, sizeof ho)) return TZR_EINVAL;
+    if (TZR_OPTS(tzr_http_options, ho, opt, offsetof(tzr_http_options, stall_timeout_s))) return TZR_EINVAL;
     opt = &ho;
     if (!url || strncasecmp(url, "s3://", 5) != 0)
         return tzr_fail(TZR_EINVAL, "%s: not an s3:// URL", url ? url : "(null)");

@@ -199,6 +199,39 @@ static void opts_older_caller_works(void) {
     tzr_reader_free(r);
 }
 
+/* Callers built before tzr_load_options grew on_tensor_error and select,
+ * and before tzr_http_options grew its timeouts: the shorter structs are
+ * accepted (exact-size allocations, so an over-read is a sanitizer report),
+ * the new fields keep their defaults. */
+static void opts_older_load_and_http(void) {
+    size_t first = offsetof(tzr_load_options, on_tensor_error);
+    tzr_load_options init = TZR_LOAD_OPTIONS_INIT;
+    tzr_load_options *lo = malloc(first);
+    memcpy(lo, &init, first);
+    lo->struct_size = first;
+    tzr_reader *r;
+    CHECK_OK(tzr_reader_open(&r, enc_path, NULL));
+    tzr_sink *s;
+    CHECK_OK(tzr_sink_null_new(&s));
+    /* the file needs a key: fails the usual way, past the options check */
+    if (r) CHECK_RC(tzr_load(r, s, lo, NULL), TZR_ECRYPT);
+    lo->struct_size = first - 1;
+    if (r) CHECK_RC(tzr_load(r, s, lo, NULL), TZR_EINVAL);
+    free(lo);
+    tzr_sink_free(s);
+    tzr_reader_free(r);
+    size_t hfirst = offsetof(tzr_http_options, stall_timeout_s);
+    tzr_http_options hinit = TZR_HTTP_OPTIONS_INIT;
+    tzr_http_options *ho = malloc(hfirst);
+    memcpy(ho, &hinit, hfirst);
+    ho->struct_size = hfirst;
+    tzr_source *src = NULL;
+    /* nothing listens on port 1: a network error, not an options error */
+    int rc = tzr_source_open_url(&src, "http://127.0.0.1:1/x.tensors", ho);
+    CHECKF(rc != 0 && rc != TZR_EINVAL, "rc %d: %s", rc, tzr_last_error());
+    free(ho);
+}
+
 /* ------------------------------------------------------------ errors */
 
 /* A missing key: TZR_ECRYPT with cause TZR_CAUSE_KEY, tied to the tensor. */
@@ -431,6 +464,7 @@ int main(void) {
     RUN(opts_unknown_size_refused);
     RUN(opts_null_is_defaults);
     RUN(opts_older_caller_works);
+    RUN(opts_older_load_and_http);
     RUN(error_cause_missing_key);
     RUN(error_tensor_and_offset);
     RUN(error_hash_and_untied);
