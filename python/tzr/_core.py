@@ -88,6 +88,17 @@ class Reader:
 
     __del__ = close
 
+    def module_idx(self, i):
+        """Module index from tensor i's header (u16 at byte 8 of the record,
+        plaintext in encrypted files too) when no load has read it yet."""
+        info = lib.tzr_reader_tensor(self.handle, i).contents
+        if info.module_idx >= 0:
+            return info.module_idx
+        src = ctypes.cast(lib.tzr_reader_source(self.handle), ctypes.POINTER(_lib.Source)).contents
+        buf = ctypes.create_string_buffer(2)
+        check(src.read_at(lib.tzr_reader_source(self.handle), buf, 2, info.header_offset + 8))
+        return int.from_bytes(buf.raw, "little")
+
     def load(self, dests, device=None, verify=None, progress=None):
         """Load tensors {index: (pointer, nbytes)} in one tzr_load.
         device: None for host memory, or a CUDA device number (pointers are

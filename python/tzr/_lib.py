@@ -75,6 +75,10 @@ class TensorInfo(Structure):
     ]
 
 
+class Source(Structure):  # only its first field, read_at, is used
+    _fields_ = [("read_at", ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_uint64))]
+
+
 class CryptParams(Structure):
     _fields_ = [("key", c_void_p), ("password", c_void_p), ("password_len", c_size_t),
                 ("opslimit", c_uint64), ("memlimit", c_uint64), ("salt", c_void_p)]
@@ -207,6 +211,7 @@ _SIGS = {
     "tzr_reader_data_version": (c_uint32, [_P]),
     "tzr_reader_encrypted": (c_int, [_P]),
     "tzr_reader_tensor": (POINTER(TensorInfo), [_P, c_size_t]),
+    "tzr_reader_source": (c_void_p, [_P]),
     "tzr_reader_read": (c_int, [_P, c_size_t, _P, c_size_t]),
     "tzr_reader_verify": (c_int, [_P, c_size_t]),
     "tzr_writer_open": (c_int, [_PP, c_char_p, POINTER(WriterOptions)]),

@@ -75,6 +75,43 @@ def _empty(entry, device):
     return torch.empty(shape, dtype=_dtypes.to_torch(entry.dtype_bytes), device=device)
 
 
+_HUGE = 2 << 20
+_MADV_HUGEPAGE = 14
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.madvise.argtypes = [c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+def _carve(entries):
+    """Host tensors for entries, carved from one allocation whose huge-page
+    aligned middle is advised MADV_HUGEPAGE: fresh 4 KiB pages cost a fault
+    each, the C library's own arena does the same. The tensors share that
+    storage (freed once all of them are)."""
+    offs, total = [], 0
+    for e in entries:
+        offs.append(total)
+        total += (int(e.nbytes) + 63) // 64 * 64
+    pad = _HUGE if total >= _HUGE else 64
+    if torch is None:
+        big = np.empty(total + pad, dtype=np.uint8)
+        base = big.ctypes.data
+    else:
+        big = torch.empty(total + pad, dtype=torch.uint8)
+        base = big.data_ptr()
+    start = (-base) % pad
+    if pad == _HUGE:
+        lo = base + start
+        _libc.madvise(c_void_p(lo), (total // _HUGE) * _HUGE or _HUGE, _MADV_HUGEPAGE)
+    out = {}
+    for e, off in zip(entries, offs):
+        shape = tuple(int(d) for d in e.shape)
+        piece = big[start + off:start + off + int(e.nbytes)]
+        if torch is None:
+            out[e.index] = piece.view(_dtypes.to_numpy(e.dtype_bytes)).reshape(shape)
+        else:
+            out[e.index] = piece.view(_dtypes.to_torch(e.dtype_bytes)).reshape(shape)
+    return out
+
+
 def _ptr(t):
     if torch is not None and isinstance(t, torch.Tensor):
         return t.data_ptr()
@@ -136,28 +173,26 @@ class TensorDeserializer(abc.Mapping):
         self.total_tensor_bytes = sum(e.nbytes for e in self._entries)
         self._index = {e.index: e for e in self._entries}
         if not lazy_load:
+            # The reader stays open (an fd and the index) until close():
+            # read_tensors() may still need module indices from headers.
             try:
                 self._load_missing(self._entries)
-            finally:
+            except BaseException:
                 self._reader.close()
+                raise
 
     # -- loading
     def _load_missing(self, entries):
         todo = [e for e in entries if e.index not in self._loaded]
         if not todo:
             return
-        fresh = {e.index: _empty(e, self._device) for e in todo}
+        if self._cuda is None:
+            fresh = _carve(todo)
+        else:
+            fresh = {e.index: _empty(e, self._device) for e in todo}
         dests = {i: (_ptr(t), self._index[i].nbytes) for i, t in fresh.items()}
         self._reader.load(dests, self._cuda, self._verify, self._progress)
-        h = self._reader.handle
         for i, t in fresh.items():
-            e = self._index[i]
-            e.module_idx = lib.tzr_reader_tensor(h, i).contents.module_idx
-            if e.module_idx < 0:
-                # Tensors without data bytes (meta, zero-size): the load did not
-                # need their header; reading it fills the module index.
-                check(lib.tzr_reader_read(h, i, _ptr(t) or None, e.nbytes))
-                e.module_idx = lib.tzr_reader_tensor(h, i).contents.module_idx
             self._loaded[i] = self._cast(t)
 
     def _cast(self, t):
@@ -237,6 +272,8 @@ class TensorDeserializer(abc.Mapping):
             yield self._module_idx(e), e.type, e.name, self._loaded[e.index]
 
     def _module_idx(self, e):
+        if e.module_idx < 0:
+            e.module_idx = self._reader.module_idx(e.index)
         return e.module_idx
 
     def load_into_module(self, m, filter_func=None, verify_hash=None):
