@@ -34,4 +34,16 @@ check soname sh -c "readelf -d '$P/lib/libtzr.so.0' | grep -q 'SONAME.*libtzr.so
 if [ -z "$san" ]; then # sanitizer runtimes export their own symbols
     check only_tzr_symbols_exported sh -c "! nm -D --defined-only '$P/lib/libtzr.so.0' | awk '\$2 == \"T\" {print \$3}' | grep -v '^tzr_'"
 fi
+# The Python package lands where Debian's python3 looks and loads the
+# installed libtzr.so.0 (not the build tree's).
+PY="$P/lib/python3/dist-packages"
+check python_package_installed test -f "$PY/tzr/__init__.py"
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null && [ -z "$san" ]; then
+    check python_uses_installed_lib env -u TZR_LIBRARY PYTHONPATH="$PY" /usr/bin/python3 -c "
+import os, tzr, tzr._lib as L
+assert os.path.realpath(L.lib._name) == os.path.realpath('$P/lib/libtzr.so.0'), L.lib._name
+d = tzr.TensorDeserializer('tests/golden/plain_v1.tensors', device='cpu')
+assert len(d) == 6
+"
+fi
 exit 0
