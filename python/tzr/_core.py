@@ -125,6 +125,8 @@ def load_table(reader_handle, count, dests, device=None, verify=None, progress=N
     if verify is not None:
         opt.verify = 1 if verify else 0
     cb = None
+    if progress is True:
+        progress = _bar
     if progress is not None:
         # Called from pipeline threads per chunk, never per tensor.
         cb = _lib.PROGRESS_FN(lambda ctx, done, total: progress(done, total))
@@ -138,6 +140,17 @@ def load_table(reader_handle, count, dests, device=None, verify=None, progress=N
     if err is not None:
         raise err
     return stats
+
+
+def _bar(done, total):
+    import sys
+    width = 40
+    fill = width * done // total if total else width
+    sys.stderr.write("\r[%s%s] %5.1f%% of %.1f MiB" % ("#" * fill, " " * (width - fill),
+                                                      100.0 * done / total if total else 100.0, total / 2**20))
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
 
 
 def _path_bytes(p):
