@@ -297,6 +297,7 @@ class TensorDeserializer(abc.Mapping):
             plan.append((e, sub, attr, getattr(sub, attr, None)))
         direct = {}  # index -> (ptr, nbytes, cuda index)
         seen = {}
+        superseded = set()
         for e, sub, attr, cur in plan:
             if (e.index in self._loaded or cur is None or not isinstance(cur, torch.Tensor) or cur.is_meta
                     or not cur.is_contiguous() or cur.dtype != _dtypes.to_torch(e.dtype_bytes)
@@ -305,6 +306,7 @@ class TensorDeserializer(abc.Mapping):
             p = cur.data_ptr()
             if p in seen:  # tied: the last one in the file wins, as sequential copies would
                 del direct[seen[p]]
+                superseded.add(seen[p])
             seen[p] = e.index
             direct[e.index] = (p, e.nbytes, cur.device.index if cur.device.type == "cuda" else None)
         groups = {}
@@ -313,12 +315,12 @@ class TensorDeserializer(abc.Mapping):
         verify = self._verify if verify_hash is None else verify_hash
         for dev, dests in groups.items():
             self._reader.load(dests, dev, verify, self._progress)
-        rest = [e for e, _, _, _ in plan if e.index not in direct]
+        rest = [e for e, _, _, _ in plan if e.index not in direct and e.index not in superseded]
         self._load_missing(rest)
         count = 0
         for e, sub, attr, cur in plan:
             count += 1
-            if e.index in direct:
+            if e.index in direct or e.index in superseded:
                 continue
             if isinstance(cur, torch.Tensor) and cur.is_meta and e.meta:
                 continue  # stays meta, as written
