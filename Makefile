@@ -134,6 +134,17 @@ install: all
 	ln -sf libtzr.so.$(SOVER) $(DESTDIR)$(PREFIX)/lib/libtzr.so
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/libtzr.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libtzr.pc
 	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PYTHON_DIR)/tzr
+	install -m 644 python/tzr/*.py $(DESTDIR)$(PYTHON_DIR)/tzr/
+
+# The Python package goes where Debian's python3 looks; it finds
+# $(PREFIX)/lib/libtzr.so.0 relative to itself.
+PYTHON_DIR ?= $(PREFIX)/lib/python3/dist-packages
+
+# C host load against tzr.TensorDeserializer on one ~1 GiB file.
+.PHONY: bench-python
+bench-python: all
+	@PYTHONPATH=python /usr/bin/python3 python/bench_load.py $(BUILD) $(BENCH_PY_ARGS)
 
 clean:
 	rm -rf build build-asan build-ubsan build-tsan

@@ -158,6 +158,21 @@ typedef struct tzr_load_stats {
  * first error's code and message are returned (naming tensor and offset). */
 TZR_API int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt, tzr_load_stats *stats);
 
+/* ------------------------------------------------------ table sinks */
+/* Sinks over a caller-made table of destinations: tensor i (reader index)
+ * lands at ptrs[i], which holds lens[i] bytes (>= its nbytes). The table
+ * is copied; the memory stays the caller's. A tensor outside the table, a
+ * NULL pointer for a tensor with bytes, or a short entry fails the load
+ * with TZR_EINVAL naming the tensor. For callers that cannot run code per
+ * tensor during a load (bindings that hold a lock to run their own). */
+TZR_API int tzr_sink_host_table_new(tzr_sink **out, void *const *ptrs, const uint64_t *lens, size_t n);
+/* The same with device pointers on CUDA device `device`. */
+TZR_API int tzr_sink_cuda_table_new(tzr_sink **out, int device, void *const *ptrs, const uint64_t *lens,
+                                    size_t n);
+/* A tzr_filter_fn over a selection mask: ctx is an array of
+ * tzr_reader_count(r) bytes, non-zero selects tensor i. */
+TZR_API int tzr_filter_mask(void *ctx, size_t index, const tzr_tensor_info *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,8 +5,13 @@
 #include "tzr_load.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* In sink_host.c: checks a table entry for tensor `index`. */
+TZR_HIDDEN int tzr_table_entry(size_t index, const tzr_tensor_info *t, size_t n, const void *ptr,
+                               uint64_t len, const char *what);
 
 #define NSTREAMS 4
 #define DEV_ALIGN 256 /* what cudaMalloc guarantees, kept for carved tensors */
@@ -23,6 +28,8 @@ typedef struct cuda_sink {
     int device;
     tzr_device_dest_fn dest;
     void *dest_ctx;
+    dev_tensor *tab;        /* tzr_sink_cuda_table_new: the caller's table, copied */
+    size_t tab_n;
     tzr_cuda_stream streams[NSTREAMS];
     pthread_mutex_t lock;   /* events array */
     tzr_cuda_event *events; /* index slot+1 (slot -1: zero fills) */
@@ -62,6 +69,14 @@ static int cuda_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
     dev_tensor *d = &c->t[index];
     d->len = t->nbytes;
     char nb[TZR_NAMEBUF];
+    if (c->tab) {
+        dev_tensor e = index < c->tab_n ? c->tab[index] : (dev_tensor){0};
+        rc = tzr_table_entry(index, t, c->tab_n, e.ptr, e.len, "device");
+        if (rc) return rc;
+        d->ptr = e.ptr;
+        d->owned = 0;
+        return 0;
+    }
     if (c->dest) {
         d->ptr = c->dest(c->dest_ctx, index, t);
         if (!d->ptr && t->nbytes)
@@ -93,7 +108,7 @@ static int cuda_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
  * by one as before. */
 static int cuda_reserve(tzr_sink *s, size_t count, uint64_t bytes) {
     cuda_sink *c = (cuda_sink *)s;
-    if (c->dest || c->slab || count == 0) return 0;
+    if (c->dest || c->tab || c->slab || count == 0) return 0;
     uint64_t size = bytes + (uint64_t)count * DEV_ALIGN;
     if (size < bytes) return 0;
     int rc = use_device(c);
@@ -188,6 +203,7 @@ static void cuda_destroy(tzr_sink *s) {
         if (c->slab) c->api->cudaFree(c->slab);
     }
     free(c->events);
+    free(c->tab);
     free(c->t);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -225,6 +241,26 @@ int tzr_sink_cuda_new(tzr_sink **out, int device, tzr_device_dest_fn dest, void 
         return rc;
     }
     *out = &c->base;
+    return 0;
+}
+
+int tzr_sink_cuda_table_new(tzr_sink **out, int device, void *const *ptrs, const uint64_t *lens, size_t n) {
+    if (!out || (n && (!ptrs || !lens))) return tzr_fail(TZR_EINVAL, "cuda table sink: NULL table");
+    *out = NULL;
+    dev_tensor *tab = calloc(n ? n : 1, sizeof *tab);
+    if (!tab) return tzr_fail(TZR_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        tab[i].ptr = ptrs[i];
+        tab[i].len = lens[i];
+    }
+    int rc = tzr_sink_cuda_new(out, device, NULL, NULL);
+    if (rc) {
+        free(tab);
+        return rc;
+    }
+    cuda_sink *c = (cuda_sink *)*out;
+    c->tab = tab;
+    c->tab_n = n;
     return 0;
 }
 

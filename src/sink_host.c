@@ -8,6 +8,10 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Shared with sink_cuda.c: checks a table entry for tensor `index`. */
+TZR_HIDDEN int tzr_table_entry(size_t index, const tzr_tensor_info *t, size_t n, const void *ptr,
+                               uint64_t len, const char *what);
+
 typedef struct host_tensor {
     uint8_t *data;
     uint64_t len;
@@ -23,6 +27,8 @@ typedef struct host_sink {
     tzr_sink base;
     tzr_host_dest_fn dest;
     void *dest_ctx;
+    host_tensor *tab; /* tzr_sink_host_table_new: the caller's table, copied */
+    size_t tab_n;
     host_tensor *t;   /* grown in begin_tensor, which runs before any copy */
     size_t n;
     uint8_t **blocks;
@@ -68,7 +74,7 @@ static int grow_table(host_sink *h, size_t n) {
  * each (~0.1 ms apiece here), 1,000 of them for 64 GiB. */
 static int host_reserve(tzr_sink *s, size_t count, uint64_t bytes) {
     host_sink *h = (host_sink *)s;
-    if (h->dest || h->nblocks || count == 0) return 0;
+    if (h->dest || h->tab || h->nblocks || count == 0) return 0;
     if (count > h->n && grow_table(h, count)) return 0; /* begin_tensor grows it */
     uint64_t size = bytes + (uint64_t)count * ALIGN;
     if (size < bytes || size > SIZE_MAX / 2) return 0;
@@ -97,7 +103,12 @@ static int host_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
     host_tensor *ht = &h->t[index];
     memset(ht, 0, sizeof *ht);
     ht->len = t->nbytes;
-    if (h->dest) {
+    if (h->tab) {
+        host_tensor e = index < h->tab_n ? h->tab[index] : (host_tensor){0};
+        int rc = tzr_table_entry(index, t, h->tab_n, e.data, e.len, "host");
+        if (rc) return rc;
+        ht->data = e.data;
+    } else if (h->dest) {
         ht->data = h->dest(h->dest_ctx, index, t);
         if (!ht->data && t->nbytes) {
             char nb[TZR_NAMEBUF];
@@ -129,6 +140,7 @@ static void host_destroy(tzr_sink *s) {
     host_sink *h = (host_sink *)s;
     for (size_t i = 0; i < h->nblocks; i++) free(h->blocks[i]);
     free(h->blocks);
+    free(h->tab);
     free(h->t);
     free(h);
 }
@@ -147,6 +159,49 @@ int tzr_sink_host_new(tzr_sink **out, tzr_host_dest_fn dest, void *dest_ctx) {
     h->base.ctx = h;
     *out = &h->base;
     return 0;
+}
+
+/* A caller-made table turns the per-tensor callback into a lookup, so a
+ * caller in another language (Python over ctypes) runs no code of its own
+ * during the load. */
+int tzr_sink_host_table_new(tzr_sink **out, void *const *ptrs, const uint64_t *lens, size_t n) {
+    if (!out || (n && (!ptrs || !lens))) return tzr_fail(TZR_EINVAL, "host table sink: NULL table");
+    *out = NULL;
+    host_tensor *tab = calloc(n ? n : 1, sizeof *tab);
+    if (!tab) return tzr_fail(TZR_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        tab[i].data = ptrs[i];
+        tab[i].len = lens[i];
+    }
+    int rc = tzr_sink_host_new(out, NULL, NULL);
+    if (rc) {
+        free(tab);
+        return rc;
+    }
+    host_sink *h = (host_sink *)*out;
+    h->tab = tab;
+    h->tab_n = n;
+    return 0;
+}
+
+int tzr_table_entry(size_t index, const tzr_tensor_info *t, size_t n, const void *ptr, uint64_t len,
+                    const char *what) {
+    char nb[TZR_NAMEBUF];
+    const char *name = tzr_printable(t->name, t->name_len, nb, sizeof nb);
+    if (index >= n)
+        return tzr_fail(TZR_EINVAL, "tensor '%s' (index %zu): not in the %s destination table of %zu entries",
+                        name, index, what, n);
+    if (t->nbytes && !ptr)
+        return tzr_fail(TZR_EINVAL, "tensor '%s': no %s destination in the table", name, what);
+    if (len < t->nbytes)
+        return tzr_fail(TZR_EINVAL, "tensor '%s': %s destination holds %llu bytes, the tensor needs %llu",
+                        name, what, (unsigned long long)len, (unsigned long long)t->nbytes);
+    return 0;
+}
+
+int tzr_filter_mask(void *ctx, size_t index, const tzr_tensor_info *t) {
+    (void)t;
+    return ((const unsigned char *)ctx)[index] != 0;
 }
 
 int tzr_sink_host_data(tzr_sink *s, size_t index, void **data, uint64_t *len) {

@@ -34,4 +34,20 @@ check soname sh -c "readelf -d '$P/lib/libtzr.so.0' | grep -q 'SONAME.*libtzr.so
 # src/libtzr.map hides everything else, sanitizer builds included (a case
 # that ran only without sanitizers was silently absent from those runs).
 check only_tzr_symbols_exported sh -c "! nm -D --defined-only '$P/lib/libtzr.so.0' | awk '\$2 != \"A\" {print \$3}' | grep -v '^tzr_'"
+# The Python package lands where Debian's python3 looks and loads the
+# installed libtzr.so.0 (not the build tree's).
+PY="$P/lib/python3/dist-packages"
+check python_package_installed test -f "$PY/tzr/__init__.py"
+if [ -n "$san" ]; then
+    echo "SKIP python_uses_installed_lib: a sanitizer-built library cannot load into python3"
+elif ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    echo "FAIL python_uses_installed_lib: python3-numpy is missing (scripts/deps.sh test installs it)"
+else
+    check python_uses_installed_lib env -u TZR_LIBRARY PYTHONPATH="$PY" /usr/bin/python3 -c "
+import os, tzr, tzr._lib as L
+assert os.path.realpath(L.lib._name) == os.path.realpath('$P/lib/libtzr.so.0'), L.lib._name
+d = tzr.TensorDeserializer('tests/golden/plain_v1.tensors', device='cpu')
+assert len(d) == 6
+"
+fi
 exit 0

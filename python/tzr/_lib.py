@@ -1,0 +1,264 @@
+"""ctypes declarations of the parts of libtzr the package uses.
+
+The structs mirror include/tzr.h, tzr_load.h and tzr_shard.h field by field;
+every option struct carries its own size, so a library built from a newer
+header still reads them right.
+"""
+import ctypes
+import os
+from ctypes import (POINTER, Structure, c_char_p, c_double, c_int, c_size_t, c_uint8, c_uint16,
+                    c_uint32, c_uint64, c_void_p)
+
+__all__ = ["lib", "check", "TzrError"]
+
+# ------------------------------------------------------------------ errors
+TZR_EINVAL, TZR_ENOMEM, TZR_EIO, TZR_EFORMAT, TZR_EVERSION, TZR_EHASH, TZR_ECRYPT = -1, -2, -3, -4, -5, -6, -7
+TZR_ENOTFOUND, TZR_ELIMIT, TZR_EDUP, TZR_ETRUNC, TZR_ENODEV, TZR_ECANCELED = -8, -9, -10, -11, -12, -13
+TZR_ENOTSUP, TZR_ENET, TZR_EHTTP, TZR_ECHANGED, TZR_ECOMM, TZR_EDEVICE = -14, -15, -16, -17, -18, -19
+
+
+class TzrError(Exception):
+    """A libtzr failure: `code` (a TZR_E* value) and the library's message,
+    which names the file, tensor and byte offset where there is one."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class HashMismatchError(TzrError):
+    """Stored CRC32/SHA-256 does not match the data (tensorizer's name)."""
+
+
+class CryptographyError(TzrError):
+    """Wrong or missing key/password, or failed authentication."""
+
+
+class FormatError(TzrError, ValueError):
+    """Malformed, truncated or unsupported file."""
+
+
+class TzrIOError(TzrError, OSError):
+    """The operating system, network or server refused."""
+
+    def __init__(self, code, message):
+        TzrError.__init__(self, code, message)
+
+
+class TzrFileNotFoundError(TzrIOError, FileNotFoundError):
+    """The file or object does not exist."""
+
+
+class DeviceError(TzrError, RuntimeError):
+    """No CUDA runtime/device, or a CUDA call failed."""
+
+
+_CLASSES = {
+    TZR_EHASH: HashMismatchError, TZR_ECRYPT: CryptographyError, TZR_EFORMAT: FormatError,
+    TZR_ETRUNC: FormatError, TZR_EVERSION: FormatError, TZR_EIO: TzrIOError, TZR_ENET: TzrIOError,
+    TZR_EHTTP: TzrIOError, TZR_ECHANGED: TzrIOError, TZR_ENODEV: DeviceError, TZR_EDEVICE: DeviceError,
+    TZR_ENOTFOUND: TzrFileNotFoundError,
+}
+
+
+# ------------------------------------------------------------------ structs
+class TensorInfo(Structure):
+    _fields_ = [
+        ("name", c_void_p), ("name_len", c_size_t), ("structured", c_int), ("type", c_int),
+        ("module_idx", c_int), ("dtype_str", c_void_p), ("dtype_len", c_size_t), ("dtype", c_int),
+        ("itemsize", c_uint32), ("opaque", c_int), ("ndim", c_uint32), ("shape", POINTER(c_uint64)),
+        ("numel", c_uint64), ("nbytes", c_uint64), ("header_offset", c_uint64), ("data_offset", c_uint64),
+        ("data_length", c_uint64), ("meta", c_int), ("encrypted", c_int), ("stored_length", c_uint64),
+        ("uncompressed_length", c_uint64), ("compression", c_int), ("byte_planes", c_uint32),
+        ("frame_size", c_uint64), ("frames", c_uint64),
+    ]
+
+
+class Source(Structure):  # only its first field, read_at, is used
+    _fields_ = [("read_at", ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_uint64))]
+
+
+class CryptParams(Structure):
+    _fields_ = [("key", c_void_p), ("password", c_void_p), ("password_len", c_size_t),
+                ("opslimit", c_uint64), ("memlimit", c_uint64), ("salt", c_void_p)]
+
+
+class ReaderOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("crypt", CryptParams), ("verify", c_int),
+                ("read_headers", c_int), ("max_tensors", c_uint64), ("max_index_bytes", c_uint64)]
+
+
+class WriterOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("crypt", CryptParams), ("metadata_size", c_uint64),
+                ("compression", c_int), ("compression_level", c_int), ("frame_size", c_uint64),
+                ("byte_planes", c_int), ("threads", c_int)]
+
+
+class TensorDesc(Structure):
+    _fields_ = [("name", c_void_p), ("name_len", c_size_t), ("type", c_int), ("module_idx", c_uint16),
+                ("dtype_str", c_void_p), ("dtype_len", c_size_t), ("dtype", c_int), ("ndim", c_uint32),
+                ("shape", POINTER(c_uint64)), ("meta", c_int)]
+
+
+PROGRESS_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
+
+
+class LoadOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("ring_bytes", c_size_t), ("chunk_bytes", c_size_t),
+                ("threads", c_int), ("verify", c_int), ("direct_io", c_int),
+                ("filter", c_void_p), ("filter_ctx", c_void_p),
+                ("on_tensor", c_void_p), ("on_tensor_ctx", c_void_p),
+                ("progress", PROGRESS_FN), ("progress_ctx", c_void_p),
+                ("cancel", c_void_p), ("on_tensor_error", c_void_p), ("on_tensor_error_ctx", c_void_p)]
+
+
+class LoadStats(Structure):
+    _fields_ = [("tensors", c_uint64), ("bytes", c_uint64), ("bytes_read", c_uint64), ("reads", c_uint64),
+                ("staging_bytes", c_size_t), ("seconds", c_double), ("error_tensor", c_size_t)]
+
+
+class ShardWriterOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("metadata_size", c_uint64), ("no_hash", c_int)]
+
+
+class ShardTensorDesc(Structure):
+    _fields_ = [("name", c_void_p), ("name_len", c_size_t), ("dtype_str", c_void_p), ("dtype_len", c_size_t),
+                ("dtype", c_int), ("ndim", c_uint32), ("shape", POINTER(c_uint64)), ("dim", c_int),
+                ("offset", c_uint64), ("length", c_uint64), ("sha256", c_void_p)]
+
+
+class ShardOpenOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("verify", c_int)]
+
+
+class ShardTensor(Structure):
+    _fields_ = [("name", c_void_p), ("name_len", c_size_t), ("dtype_str", c_void_p), ("dtype_len", c_size_t),
+                ("dtype", c_int), ("itemsize", c_uint32), ("ndim", c_uint32), ("shape", POINTER(c_uint64)),
+                ("nbytes", c_uint64), ("dim", c_int), ("has_sha256", c_int), ("sha256", c_uint8 * 32)]
+
+
+class ShardPiece(Structure):
+    _fields_ = [("tensor", c_size_t), ("name", c_void_p), ("name_len", c_size_t), ("dtype", c_int),
+                ("dim", c_int), ("offset", c_uint64), ("length", c_uint64), ("ndim", c_uint32),
+                ("shape", POINTER(c_uint64)), ("data", c_void_p), ("nbytes", c_uint64)]
+
+
+class ShardResult(Structure):
+    _fields_ = [("count", c_size_t), ("pieces", POINTER(ShardPiece)), ("bytes", c_uint64),
+                ("bytes_read", c_uint64), ("arena", c_void_p)]
+
+
+def _init(struct, **fields):
+    s = struct()
+    s.struct_size = ctypes.sizeof(struct)
+    for k, v in fields.items():
+        setattr(s, k, v)
+    return s
+
+
+def reader_options(**kw):
+    return _init(ReaderOptions, **kw)
+
+
+def writer_options(**kw):
+    return _init(WriterOptions, **kw)
+
+
+def load_options(**kw):
+    kw.setdefault("verify", -1)  # -1: what the reader was opened with
+    return _init(LoadOptions, **kw)
+
+
+# ------------------------------------------------------------------ loading the library
+def _candidates():
+    env = os.environ.get("TZR_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [
+        os.path.join(here, "..", "..", "build", "libtzr.so"),   # python/tzr in a built tree
+        os.path.join(here, "..", "..", "..", "libtzr.so.0"),    # PREFIX/lib/python3/dist-packages/tzr
+        "libtzr.so.0",                                          # the system loader's search path
+    ]
+
+
+def _load():
+    tried = []
+    for c in _candidates():
+        if os.sep in c and not os.path.exists(c):
+            tried.append(c + " (missing)")
+            continue
+        try:
+            return ctypes.CDLL(os.path.normpath(c) if os.sep in c else c)
+        except OSError as e:
+            tried.append("%s (%s)" % (c, e))
+    raise ImportError("tzr: cannot load libtzr; build it with `make` or set TZR_LIBRARY. Tried: " +
+                      "; ".join(tried))
+
+
+lib = _load()
+
+_P = c_void_p
+_PP = POINTER(c_void_p)
+_SIGS = {
+    "tzr_version_string": (c_char_p, []),
+    "tzr_strerror": (c_char_p, [c_int]),
+    "tzr_last_error": (c_char_p, []),
+    "tzr_reader_open": (c_int, [_PP, c_char_p, POINTER(ReaderOptions)]),
+    "tzr_reader_free": (None, [_P]),
+    "tzr_reader_count": (c_size_t, [_P]),
+    "tzr_reader_data_version": (c_uint32, [_P]),
+    "tzr_reader_encrypted": (c_int, [_P]),
+    "tzr_reader_tensor": (POINTER(TensorInfo), [_P, c_size_t]),
+    "tzr_reader_source": (c_void_p, [_P]),
+    "tzr_reader_read": (c_int, [_P, c_size_t, _P, c_size_t]),
+    "tzr_reader_verify": (c_int, [_P, c_size_t]),
+    "tzr_writer_open": (c_int, [_PP, c_char_p, POINTER(WriterOptions)]),
+    "tzr_writer_add": (c_int, [_P, POINTER(TensorDesc), _P]),
+    "tzr_writer_close": (c_int, [_P]),
+    "tzr_writer_abort": (None, [_P]),
+    "tzr_sink_free": (None, [_P]),
+    "tzr_sink_host_table_new": (c_int, [_PP, _PP, POINTER(c_uint64), c_size_t]),
+    "tzr_sink_cuda_table_new": (c_int, [_PP, c_int, _PP, POINTER(c_uint64), c_size_t]),
+    "tzr_load": (c_int, [_P, _P, POINTER(LoadOptions), POINTER(LoadStats)]),
+    "tzr_shard_writer_open": (c_int, [_PP, c_char_p, c_int, c_int, POINTER(ShardWriterOptions)]),
+    "tzr_shard_writer_add": (c_int, [_P, POINTER(ShardTensorDesc), _P]),
+    "tzr_shard_writer_close": (c_int, [_P]),
+    "tzr_shard_writer_abort": (None, [_P]),
+    "tzr_shard_manifest_build": (c_int, [c_char_p, c_int]),
+    "tzr_shard_open": (c_int, [_PP, c_char_p, POINTER(ShardOpenOptions)]),
+    "tzr_shard_close": (None, [_P]),
+    "tzr_shard_count": (c_size_t, [_P]),
+    "tzr_shard_tensor_at": (POINTER(ShardTensor), [_P, c_size_t]),
+    "tzr_shard_load_rank": (c_int, [_P, c_int, c_int, c_char_p, POINTER(POINTER(ShardResult))]),
+    "tzr_shard_result_free": (None, [POINTER(ShardResult)]),
+}
+for _name, (_res, _args) in _SIGS.items():
+    _f = getattr(lib, _name)
+    _f.restype = _res
+    _f.argtypes = _args
+
+# The mask filter is passed to tzr_load as a plain C function pointer.
+FILTER_MASK = ctypes.cast(lib.tzr_filter_mask, c_void_p).value
+
+
+def error(code, context=None):
+    """The exception for a failed call, with this thread's library message."""
+    msg = (lib.tzr_last_error() or b"").decode("utf-8", "replace") or lib.tzr_strerror(code).decode()
+    if context and context not in msg:
+        msg = "%s: %s" % (context, msg)
+    cls = _CLASSES.get(code, TzrError)
+    if cls is TzrIOError and ("No such file" in msg or "HTTP 404" in msg or " 404" in msg):
+        cls = TzrFileNotFoundError
+    return cls(code, msg)
+
+
+def check(rc, context=None):
+    if rc != 0:
+        raise error(rc, context)
+    return rc
+
+
+def version():
+    return lib.tzr_version_string().decode()
