@@ -110,7 +110,8 @@ class LoadOptions(Structure):
                 ("filter", c_void_p), ("filter_ctx", c_void_p),
                 ("on_tensor", c_void_p), ("on_tensor_ctx", c_void_p),
                 ("progress", PROGRESS_FN), ("progress_ctx", c_void_p),
-                ("cancel", c_void_p), ("on_tensor_error", c_void_p), ("on_tensor_error_ctx", c_void_p)]
+                ("cancel", c_void_p), ("on_tensor_error", c_void_p), ("on_tensor_error_ctx", c_void_p),
+                ("select", c_void_p), ("select_ctx", c_void_p)]
 
 
 class LoadStats(Structure):
@@ -233,6 +234,10 @@ _SIGS = {
     "tzr_shard_tensor_at": (POINTER(ShardTensor), [_P, c_size_t]),
     "tzr_shard_load_rank": (c_int, [_P, c_int, c_int, c_char_p, POINTER(POINTER(ShardResult))]),
     "tzr_shard_result_free": (None, [POINTER(ShardResult)]),
+    "tzr_shard_target": (c_int, [_P, c_size_t, c_int, c_int, c_char_p, POINTER(c_int), POINTER(c_uint64),
+                                 POINTER(c_uint64)]),
+    "tzr_shard_load_rank_into": (c_int, [_P, c_int, c_int, c_char_p, _P, POINTER(LoadOptions),
+                                         POINTER(LoadStats)]),
 }
 for _name, (_res, _args) in _SIGS.items():
     _f = getattr(lib, _name)

@@ -2,10 +2,10 @@
 
 Each rank writes its slices with ShardWriter; once every rank is done (a
 torch.distributed barrier is enough), one rank calls build_manifest; any
-rank count later reloads with load_rank. Thin on purpose: the loads follow
-whatever the C shard loader does (today it fills its own buffer, copied
-here into torch tensors; moving it onto the pipeline's table sinks is the
-C library's next step)."""
+rank count later reloads with load_rank: the destination tensors are
+allocated first (on the target device), then one C call
+(tzr_shard_load_rank_into) pipelines every shard file's needed byte ranges
+straight into their memory, with no Python per tensor and no copy."""
 import ctypes
 import json
 import os
@@ -85,38 +85,59 @@ def build_manifest(prefix, nshards):
     return os.fspath(prefix) + ".tzr-index.json"
 
 
-def load_rank(manifest, rank, nranks, device="cpu", rules=None, verify=True):
+def load_rank(manifest, rank, nranks, device="cpu", rules=None, verify=True, progress=None):
     """{name: tensor} of what rank `rank` of `nranks` holds (reshards from
     however many shards were written). Each value is the local slice; its
     placement is in `.tzr_slice` of the returned dict: {name: (dim, offset)}."""
-    dev, _ = _resolve_device(device)
+    from ._core import _bar
+    dev, cuda = _resolve_device(device)
     opt = _lib.ShardOpenOptions(struct_size=ctypes.sizeof(_lib.ShardOpenOptions), verify=1 if verify else 0)
     s = c_void_p()
     check(lib.tzr_shard_open(byref(s), os.fsencode(manifest), byref(opt)))
-    res = ctypes.POINTER(_lib.ShardResult)()
+    rules_b = rules.encode() if rules else None
     try:
-        check(lib.tzr_shard_load_rank(s, int(rank), int(nranks), rules.encode() if rules else None, byref(res)))
+        n = lib.tzr_shard_count(s)
         out = ShardState()
+        ptrs = (c_void_p * max(1, n))()
+        lens = (c_uint64 * max(1, n))()
+        for i in range(n):
+            g = lib.tzr_shard_tensor_at(s, i).contents
+            dim, off, length = ctypes.c_int(), c_uint64(), c_uint64()
+            check(lib.tzr_shard_target(s, i, int(rank), int(nranks), rules_b, byref(dim), byref(off), byref(length)))
+            shape = [g.shape[k] for k in range(g.ndim)]
+            if dim.value != REPLICATED:
+                shape[dim.value] = length.value
+            dts = ctypes.string_at(g.dtype_str, g.dtype_len)
+            if torch is None:
+                t = np.empty(tuple(shape), dtype=_dtypes.to_numpy(dts))
+                ptr = t.ctypes.data
+            else:
+                t = torch.empty(tuple(shape), dtype=_dtypes.to_torch(dts), device=dev)
+                ptr = t.data_ptr()
+            name = _decode(ctypes.string_at(g.name, g.name_len))
+            out[name] = t
+            out.tzr_slice[name] = (None if dim.value == REPLICATED else dim.value, off.value)
+            ptrs[i] = ptr or None
+            lens[i] = int(g.itemsize) * int(np.prod(shape, dtype=np.uint64)) if shape else int(g.itemsize)
+        sink = c_void_p()
+        if cuda is None:
+            check(lib.tzr_sink_host_table_new(byref(sink), ptrs, lens, n))
+        else:
+            check(lib.tzr_sink_cuda_table_new(byref(sink), int(cuda), ptrs, lens, n))
+        lo = _lib.load_options()
+        cb = None
+        if progress is True:
+            progress = _bar
+        if progress is not None:
+            cb = _lib.PROGRESS_FN(lambda ctx, done, total: progress(done, total))
+            lo.progress = cb
         try:
-            r = res.contents
-            for i in range(r.count):
-                p = r.pieces[i]
-                g = lib.tzr_shard_tensor_at(s, p.tensor).contents
-                dts = ctypes.string_at(g.dtype_str, g.dtype_len)
-                shape = tuple(p.shape[k] for k in range(p.ndim))
-                name = _decode(ctypes.string_at(p.name, p.name_len))
-                buf = ctypes.string_at(p.data, p.nbytes) if p.nbytes else b""
-                a = np.frombuffer(bytearray(buf), dtype=np.uint8)
-                if torch is None:
-                    t = a.view(_dtypes.to_numpy(dts)).reshape(shape)
-                else:
-                    t = torch.from_numpy(a).view(_dtypes.to_torch(dts)).reshape(shape)
-                    if dev != "cpu" and getattr(dev, "type", "cpu") != "cpu":
-                        t = t.to(dev)
-                out[name] = t
-                out.tzr_slice[name] = (None if p.dim == REPLICATED else p.dim, p.offset)
+            rc = lib.tzr_shard_load_rank_into(s, int(rank), int(nranks), rules_b, sink, byref(lo), None)
+            err = _lib.error(rc) if rc else None
         finally:
-            lib.tzr_shard_result_free(res)
+            lib.tzr_sink_free(sink)
+        if err is not None:
+            raise err
     finally:
         lib.tzr_shard_close(s)
     return out
