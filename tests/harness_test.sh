@@ -19,8 +19,13 @@ int main(void) {
     return check_done();
 }
 C
+# link the way the library was built (a sanitized libtzr needs its runtime)
 san=
-nm -D "$BUILD/libtzr.so.0" 2>/dev/null | grep -q __asan_init && san="-fsanitize=address,undefined"
+syms=$(nm -D "$BUILD/libtzr.so.0" 2>/dev/null)
+if grep -q __asan_init <<<"$syms"; then san="-fsanitize=address,undefined"
+elif grep -q __tsan_init <<<"$syms"; then san="-fsanitize=thread"
+elif grep -q __ubsan_handle <<<"$syms"; then san="-fsanitize=undefined"
+fi
 cc=cc; [ -n "$san" ] && cc=clang
 bdir=$(cd "$BUILD" 2>/dev/null && pwd)
 $cc $san -std=c11 -D_GNU_SOURCE -Iinclude -Itests/util "$T/h.c" tests/util/check.c -L"$bdir" -ltzr \
