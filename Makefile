@@ -8,6 +8,13 @@ OPT ?= -O2
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
               -fPIC -fvisibility=hidden -Iinclude -Isrc $(SAN)
 PKGS = libsodium libcrypto libdeflate jansson libcurl libzstd
+# The flags below come from pkg-config when the Makefile is read, so the
+# Debian packages must be there before that: on a fresh machine (as root)
+# scripts/deps.sh installs them now, the test ones too for test goals.
+DEPS_KIND := $(if $(filter test asan ubsan tsan bench-s3 bench-python,$(MAKECMDGOALS)),test,build)
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+DEPS_STATUS := $(shell bash scripts/deps.sh $(DEPS_KIND) >&2 && echo ok)
+endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIBS = $(PKG_LIBS) -lpthread -ldl -lm
