@@ -47,8 +47,11 @@ typedef struct tzr_shard_writer_options {
     size_t struct_size;
     uint64_t metadata_size; /* index reservation of the shard file (0: default) */
     int no_hash;            /* do not record sha256 of replicated tensors */
+    /* The shard file's writer options (key or password, compression);
+     * NULL: defaults. metadata_size above wins when set. */
+    const tzr_writer_options *file;
 } tzr_shard_writer_options;
-#define TZR_SHARD_WRITER_OPTIONS_INIT { sizeof(tzr_shard_writer_options), 0, 0 }
+#define TZR_SHARD_WRITER_OPTIONS_INIT { sizeof(tzr_shard_writer_options), 0, 0, 0 }
 
 /* One tensor's slice held by this shard. */
 typedef struct tzr_shard_tensor_desc {
@@ -89,8 +92,9 @@ typedef struct tzr_shard_split_options {
     size_t struct_size;
     uint64_t min_split_bytes; /* default rule: split dim 0 only from this size (0: 1 MiB) */
     uint64_t metadata_size;   /* index reservation of each shard (0: default) */
+    const tzr_writer_options *file; /* each shard file's writer options; NULL: defaults */
 } tzr_shard_split_options;
-#define TZR_SHARD_SPLIT_OPTIONS_INIT { sizeof(tzr_shard_split_options), 0, 0 }
+#define TZR_SHARD_SPLIT_OPTIONS_INIT { sizeof(tzr_shard_split_options), 0, 0, 0 }
 
 /* Cut a whole checkpoint into nshards shards + manifest. Default rule:
  * split dim 0 when shape[0] % nshards == 0 and the tensor holds at least
@@ -98,6 +102,18 @@ typedef struct tzr_shard_split_options {
  * Every tensor's sha256 is recorded. Meta tensors are written as zeros. */
 TZR_API int tzr_shard_split(tzr_reader *in, const char *prefix, int nshards, const char *rules,
                             const tzr_shard_split_options *opt);
+
+/* The same cut, tensor by tensor from anywhere (a writer for a whole
+ * checkpoint that lands as shards, with no joined copy): open, add each
+ * whole tensor (its bytes in memory; meta tensors may pass NULL and are
+ * written as zeros), close writes every shard file and the manifest.
+ * abort (and a failed add or close) leaves nothing. */
+typedef struct tzr_shard_splitter tzr_shard_splitter;
+TZR_API int tzr_shard_splitter_open(tzr_shard_splitter **out, const char *prefix, int nshards, const char *rules,
+                                    const tzr_shard_split_options *opt);
+TZR_API int tzr_shard_splitter_add(tzr_shard_splitter *s, const tzr_tensor_desc *d, const void *data);
+TZR_API int tzr_shard_splitter_close(tzr_shard_splitter *s);
+TZR_API void tzr_shard_splitter_abort(tzr_shard_splitter *s);
 
 /* ------------------------------------------------------------- loading */
 typedef struct tzr_shard_set tzr_shard_set;
@@ -121,8 +137,9 @@ typedef struct tzr_shard_tensor {
 typedef struct tzr_shard_open_options {
     size_t struct_size;
     int verify;             /* check shard hashes and manifest sha256 */
+    tzr_crypt_params crypt; /* key or password of encrypted shard files */
 } tzr_shard_open_options;
-#define TZR_SHARD_OPEN_OPTIONS_INIT { sizeof(tzr_shard_open_options), 1 }
+#define TZR_SHARD_OPEN_OPTIONS_INIT { sizeof(tzr_shard_open_options), 1, {0, 0, 0, 0, 0, 0} }
 
 /* Open a manifest: parses it, checks the tiling, checks every shard file
  * exists with the recorded size and holds each listed slice with the

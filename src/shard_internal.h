@@ -73,6 +73,7 @@ struct tzr_shard_set {
     shard_table tb;
     tzr_reader **readers;    /* one per shard */
     int verify;
+    tzr_crypt_params crypt;  /* during tzr_shard_open only: the readers copy it */
     char *path;
 };
 

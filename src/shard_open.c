@@ -7,6 +7,7 @@
 #include "source_path.h"
 
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 
@@ -19,6 +20,7 @@ static int ends_with(const char *s, const char *suffix) {
 static int open_plain(tzr_shard_set *s, const char *path) {
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.verify = s->verify;
+    ro.crypt = s->crypt;
     s->tb.nshards = 1;
     s->tb.files = calloc(1, sizeof *s->tb.files);
     s->tb.sizes = calloc(1, sizeof *s->tb.sizes);
@@ -76,6 +78,7 @@ static int check_shard(tzr_shard_set *s, int k) {
     }
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.verify = s->verify;
+    ro.crypt = s->crypt;
     rc = tzr_reader_open_source(&s->readers[k], src, &ro); /* takes src */
     if (rc) return tzr_fail_prefix(rc, "%s: ", what);
     tzr_reader *r = s->readers[k];
@@ -106,7 +109,7 @@ static int check_shard(tzr_shard_set *s, int k) {
 int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_options *opt) {
     *out = NULL;
     tzr_shard_open_options o = TZR_SHARD_OPEN_OPTIONS_INIT;
-    if (TZR_OPTS(tzr_shard_open_options, o, opt, sizeof o)) return TZR_EINVAL;
+    if (TZR_OPTS(tzr_shard_open_options, o, opt, offsetof(tzr_shard_open_options, crypt))) return TZR_EINVAL;
     opt = &o;
     if (!path) return tzr_fail(TZR_EINVAL, "no path");
     tzr_shard_set *s = calloc(1, sizeof *s);
@@ -115,6 +118,7 @@ int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_o
         return tzr_fail(TZR_ENOMEM, "out of memory");
     }
     s->verify = opt ? opt->verify : 1;
+    s->crypt = opt->crypt;
     int rc;
     if (!ends_with(path, ".json")) {
         rc = open_plain(s, path);
@@ -128,6 +132,7 @@ int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_o
             rc = tzr_fail(TZR_ENOMEM, "out of memory");
         for (int k = 0; k < s->tb.nshards && !rc; k++) rc = check_shard(s, k);
     }
+    memset(&s->crypt, 0, sizeof s->crypt); /* the caller's key: only borrowed while opening */
     if (rc) {
         if (rc == TZR_ENOMEM && !*tzr_last_error()) tzr_fail(rc, "out of memory");
         tzr_shard_close(s);

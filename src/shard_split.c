@@ -3,6 +3,7 @@
 #include "hash.h"
 #include "shard_internal.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* Copy the slice [off, off+len) of dim d out of a row-major tensor. */
@@ -34,61 +35,150 @@ static int check_rules(tzr_reader *in, const shard_rules *rules) {
     return 0;
 }
 
-static int split_one(tzr_reader *in, size_t i, tzr_shard_writer **w, int n, const shard_rules *rules,
-                     uint64_t min_bytes) {
-    const tzr_tensor_info *t = tzr_reader_tensor(in, i);
-    uint8_t *data = malloc(t->nbytes ? (size_t)t->nbytes : 1), *part = NULL;
-    if (!data) return tzr_fail(TZR_ENOMEM, "cannot allocate %llu bytes", (unsigned long long)t->nbytes);
-    int rc = tzr_reader_read(in, i, data, (size_t)t->nbytes);
-    int dim = pick_dim(rules, t, n, min_bytes);
-    uint8_t sha[32];
-    if (!rc) tzr_sha256(data, (size_t)t->nbytes, sha);
-    if (!rc && dim != TZR_SHARD_REPLICATED && !(part = malloc(t->nbytes ? (size_t)t->nbytes : 1)))
+struct tzr_shard_splitter {
+    tzr_shard_writer **w;
+    int n;
+    shard_rules rules;
+    uint64_t min_bytes;
+    char *prefix;
+    uint8_t *part; /* one slice at a time */
+    size_t part_cap;
+};
+
+void tzr_shard_splitter_abort(tzr_shard_splitter *s) {
+    if (!s) return;
+    TZR_KEEP_ERROR;
+    for (int k = 0; s->w && k < s->n; k++) tzr_shard_writer_abort(s->w[k]);
+    free(s->w);
+    shard_rules_free(&s->rules);
+    free(s->prefix);
+    free(s->part);
+    free(s);
+}
+
+int tzr_shard_splitter_open(tzr_shard_splitter **out, const char *prefix, int nshards, const char *rules,
+                            const tzr_shard_split_options *opt) {
+    if (!out) return tzr_fail(TZR_EINVAL, "NULL output pointer");
+    *out = NULL;
+    tzr_shard_split_options o = TZR_SHARD_SPLIT_OPTIONS_INIT;
+    if (TZR_OPTS(tzr_shard_split_options, o, opt, offsetof(tzr_shard_split_options, file))) return TZR_EINVAL;
+    if (!prefix || nshards < 1 || nshards > TZR_SHARD_MAX)
+        return tzr_fail(TZR_EINVAL, "split: bad prefix or shard count %d", nshards);
+    tzr_shard_splitter *s = calloc(1, sizeof *s);
+    if (!s) return tzr_fail(TZR_ENOMEM, "out of memory");
+    s->n = nshards;
+    s->min_bytes = o.min_split_bytes ? o.min_split_bytes : (uint64_t)1 << 20;
+    int rc = shard_rules_parse(rules, &s->rules);
+    if (!rc && (!(s->prefix = strdup(prefix)) || !(s->w = calloc((size_t)nshards, sizeof *s->w))))
         rc = tzr_fail(TZR_ENOMEM, "out of memory");
-    for (int k = 0; k < n && !rc; k++) {
-        tzr_shard_tensor_desc d = {t->name, t->name_len, t->dtype_str, t->dtype_len, t->dtype, t->ndim, t->shape,
-                                   dim, 0, 0, sha};
+    tzr_shard_writer_options wo = TZR_SHARD_WRITER_OPTIONS_INIT;
+    wo.metadata_size = o.metadata_size;
+    wo.file = o.file;
+    for (int k = 0; k < nshards && !rc; k++) rc = tzr_shard_writer_open(&s->w[k], prefix, k, nshards, &wo);
+    if (rc) {
+        tzr_shard_splitter_abort(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int tzr_shard_splitter_add(tzr_shard_splitter *s, const tzr_tensor_desc *t, const void *data) {
+    if (!s || !t || !t->name || t->ndim > TZR_MAX_DIMS) return tzr_fail(TZR_EINVAL, "split: bad tensor description");
+    tzr_tensor_info info = {0}; /* what the rules and the default rule look at */
+    uint32_t itemsize = 0;
+    int opaque = 0;
+    tzr_dtype dtype = t->dtype;
+    const char *dstr = t->dtype_str;
+    size_t dlen = t->dtype_len;
+    if (!dstr && !(dstr = tzr_dtype_string(t->dtype, &dlen))) return tzr_fail(TZR_EINVAL, "split: tensor without dtype");
+    int rc = tzr_dtype_parse(dstr, dlen, &dtype, &itemsize, &opaque);
+    if (rc) return rc;
+    uint64_t nbytes = itemsize;
+    for (uint32_t d = 0; d < t->ndim; d++)
+        if (!tzr_mul_ok(nbytes, t->shape[d], &nbytes)) return tzr_fail(TZR_ELIMIT, "split: shape overflows");
+    info.name = t->name;
+    info.name_len = t->name_len;
+    info.ndim = t->ndim;
+    info.shape = t->shape;
+    info.nbytes = nbytes;
+    int dim;
+    int picked = shard_rules_pick(&s->rules, t->name, t->name_len, t->ndim, &dim);
+    if (picked < 0) return picked; /* a rule naming a dimension the tensor lacks */
+    dim = pick_dim(&s->rules, &info, s->n, s->min_bytes);
+    uint8_t *zeros = NULL;
+    if (t->meta || !data) { /* meta tensors are written as zeros */
+        if (!(zeros = calloc(1, nbytes ? (size_t)nbytes : 1))) return tzr_fail(TZR_ENOMEM, "out of memory");
+        data = zeros;
+    }
+    uint8_t sha[32];
+    tzr_sha256(data, (size_t)nbytes, sha);
+    if (dim != TZR_SHARD_REPLICATED && s->part_cap < nbytes) {
+        free(s->part);
+        s->part_cap = 0;
+        if (!(s->part = malloc(nbytes ? (size_t)nbytes : 1))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        else s->part_cap = (size_t)nbytes;
+    }
+    for (int k = 0; k < s->n && !rc; k++) {
+        tzr_shard_tensor_desc d = {t->name, t->name_len, dstr, dlen, dtype, t->ndim, t->shape, dim, 0, 0, sha};
         const uint8_t *src = data;
         if (dim != TZR_SHARD_REPLICATED) {
-            tzr_shard_chunk(t->shape[dim], n, k, &d.offset, &d.length);
-            extract(part, data, t->ndim, t->shape, t->itemsize, dim, d.offset, d.length);
-            src = part;
+            tzr_shard_chunk(t->shape[dim], s->n, k, &d.offset, &d.length);
+            extract(s->part, data, t->ndim, t->shape, itemsize, dim, d.offset, d.length);
+            src = s->part;
         }
-        rc = tzr_shard_writer_add(w[k], &d, src);
+        rc = tzr_shard_writer_add(s->w[k], &d, src);
     }
-    free(part);
-    free(data);
+    free(zeros);
+    return rc;
+}
+
+int tzr_shard_splitter_close(tzr_shard_splitter *s) {
+    if (!s) return tzr_fail(TZR_EINVAL, "NULL splitter");
+    int rc = 0;
+    for (int k = 0; k < s->n; k++) {
+        if (rc) tzr_shard_writer_abort(s->w[k]);
+        else rc = tzr_shard_writer_close(s->w[k]);
+        s->w[k] = NULL;
+    }
+    if (!rc) rc = tzr_shard_manifest_build(s->prefix, s->n);
+    tzr_shard_splitter_abort(s); /* frees what is left */
     return rc;
 }
 
 int tzr_shard_split(tzr_reader *in, const char *prefix, int nshards, const char *rules,
                     const tzr_shard_split_options *opt) {
-    tzr_shard_split_options o = TZR_SHARD_SPLIT_OPTIONS_INIT;
-    if (TZR_OPTS(tzr_shard_split_options, o, opt, sizeof o)) return TZR_EINVAL;
-    opt = &o;
-    if (!in || !prefix || nshards < 1 || nshards > TZR_SHARD_MAX)
-        return tzr_fail(TZR_EINVAL, "split: bad reader, prefix or shard count %d", nshards);
+    if (!in) return tzr_fail(TZR_EINVAL, "split: NULL reader");
     shard_rules rl;
     int rc = shard_rules_parse(rules, &rl);
     if (rc) return rc;
-    if ((rc = check_rules(in, &rl))) {
-        shard_rules_free(&rl);
+    rc = check_rules(in, &rl); /* before any shard is opened */
+    shard_rules_free(&rl);
+    if (rc) return rc;
+    tzr_shard_splitter *s;
+    if ((rc = tzr_shard_splitter_open(&s, prefix, nshards, rules, opt))) return rc;
+    uint8_t *data = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < tzr_reader_count(in) && !rc; i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(in, i);
+        if (t->nbytes > cap) {
+            free(data);
+            cap = 0;
+            if (!(data = malloc((size_t)t->nbytes))) {
+                rc = tzr_fail(TZR_ENOMEM, "cannot allocate %llu bytes", (unsigned long long)t->nbytes);
+                break;
+            }
+            cap = (size_t)t->nbytes;
+        }
+        rc = tzr_reader_read(in, i, data, (size_t)t->nbytes);
+        tzr_tensor_desc d = {t->name, t->name_len, t->type, 0, t->dtype_str, t->dtype_len, t->dtype, t->ndim,
+                             t->shape, 0};
+        if (!rc) rc = tzr_shard_splitter_add(s, &d, data ? data : (const void *)"");
+    }
+    free(data);
+    if (rc) {
+        tzr_shard_splitter_abort(s);
         return rc;
     }
-    uint64_t min_bytes = opt && opt->min_split_bytes ? opt->min_split_bytes : (uint64_t)1 << 20;
-    tzr_shard_writer_options wo = TZR_SHARD_WRITER_OPTIONS_INIT;
-    if (opt) wo.metadata_size = opt->metadata_size;
-    tzr_shard_writer **w = calloc((size_t)nshards, sizeof *w);
-    if (!w) rc = tzr_fail(TZR_ENOMEM, "out of memory");
-    for (int k = 0; k < nshards && !rc; k++) rc = tzr_shard_writer_open(&w[k], prefix, k, nshards, &wo);
-    for (size_t i = 0; i < tzr_reader_count(in) && !rc; i++) rc = split_one(in, i, w, nshards, &rl, min_bytes);
-    for (int k = 0; w && k < nshards; k++) {
-        if (!w[k]) continue;
-        if (rc) tzr_shard_writer_abort(w[k]);
-        else rc = tzr_shard_writer_close(w[k]);
-    }
-    free(w);
-    shard_rules_free(&rl);
-    if (!rc) rc = tzr_shard_manifest_build(prefix, nshards);
-    return rc;
+    return tzr_shard_splitter_close(s);
 }

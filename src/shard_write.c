@@ -4,6 +4,7 @@
 #include "hash.h"
 #include "shard_internal.h"
 
+#include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -18,7 +19,7 @@ int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, int rank, 
                           const tzr_shard_writer_options *opt) {
     *out = NULL;
     tzr_shard_writer_options o = TZR_SHARD_WRITER_OPTIONS_INIT;
-    if (TZR_OPTS(tzr_shard_writer_options, o, opt, sizeof o)) return TZR_EINVAL;
+    if (TZR_OPTS(tzr_shard_writer_options, o, opt, offsetof(tzr_shard_writer_options, file))) return TZR_EINVAL;
     opt = &o;
     tzr_shard_writer *sw = calloc(1, sizeof *sw);
     if (!sw) return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -41,7 +42,12 @@ int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, int rank, 
         return tzr_fail(TZR_ENOMEM, "out of memory");
     }
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
-    if (opt) wo.metadata_size = opt->metadata_size;
+    if (opt->file && TZR_OPTS(tzr_writer_options, wo, opt->file, offsetof(tzr_writer_options, compression))) {
+        shard_table_free(&sw->tb);
+        free(sw);
+        return TZR_EINVAL;
+    }
+    if (opt->metadata_size) wo.metadata_size = opt->metadata_size;
     if ((rc = tzr_writer_open(&sw->w, sw->path, &wo))) {
         shard_table_free(&sw->tb);
         free(sw);

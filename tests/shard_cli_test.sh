@@ -27,6 +27,25 @@ $DT "$T/s.tzr-index.json" -q -o "$T/back.safetensors"
 $TZ -q "$T/back.safetensors" -o "$T/back.tensors"
 check manifest_export_reassembles cmp "$T/back.tensors" "$T/m.tensors"
 
+# Encrypted and compressed shard sets: written straight from the inputs,
+# read back with the key; the same tensors as the plain set.
+head -c 32 /dev/urandom > "$T/key"
+$TZ -q "$T/m.safetensors" -o "$T/e.tensors" --shards 2 --key-file "$T/key"
+check enc_shards_verify_with_key $DT "$T/e.tzr-index.json" --verify --key-file "$T/key"
+check enc_shards_are_encrypted sh -c "! $DT $T/e-rank-00000-of-00002.tensors --verify >/dev/null 2>&1"
+$DT "$T/e.tzr-index.json" -q --key-file "$T/key" -o "$T/e.safetensors"
+$TZ -q "$T/e.safetensors" -o "$T/e_back.tensors"
+check enc_shards_export_reassembles cmp "$T/e_back.tensors" "$T/m.tensors"
+$DT "$T/e.tzr-index.json" --verify > /dev/null 2> "$T/e_nokey.err"
+check enc_shards_without_key_fail test $? = 1
+check enc_shards_without_key_says_so grep -q 'key or password' "$T/e_nokey.err"
+$TZ -q "$T/m.safetensors" -o "$T/z.tensors" --shards 2 --compress zstd
+check zstd_shards_verify $DT "$T/z.tzr-index.json" --verify
+$DT "$T/z.tzr-index.json" -q -o "$T/z.safetensors"
+$TZ -q "$T/z.safetensors" -o "$T/z_back.tensors"
+check zstd_shards_export_reassembles cmp "$T/z_back.tensors" "$T/m.tensors"
+check no_joined_copy_left sh -c "! ls -a $T | grep -q -e tzr-joined -e '\.tmp\$'"
+
 # A flipped byte in one shard: verify names it and exits 1.
 python3 - "$T/s-rank-00001-of-00003.tensors" <<'PY'
 import sys

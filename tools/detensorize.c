@@ -607,6 +607,7 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
 static int shard_main(const opts *o) {
     tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
     so.verify = !o->no_verify;
+    cli_crypt_apply(&o->crypt, &so.crypt); /* encrypted shard files */
     tzr_shard_set *set;
     int rc = tzr_shard_open(&set, o->file, &so);
     if (rc) return o->output && cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
@@ -707,13 +708,7 @@ static int run(opts *o, int argc, char **argv) {
         if (cli_output_check(o->output, o->force)) return EXIT_FAIL;
         cli_output_guard(o->output, NULL);
     }
-    if (is_manifest(o->file)) {
-        if (o->crypt.have_key || o->crypt.password) {
-            cli_error("shard manifests are not encrypted; drop --key-file/--password-file");
-            return EXIT_USAGE;
-        }
-        return shard_main(o);
-    }
+    if (is_manifest(o->file)) return shard_main(o); /* a key opens encrypted shard files */
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.read_headers = !o->verify && !o->output; /* --list shows module indices */
     /* -o rewrites the data: check each tensor in the read that feeds the

@@ -116,7 +116,18 @@ typedef struct progress_state {
     int quiet;
 } progress_state;
 
-static int add_safetensors(tzr_writer *w, const char *path, progress_state *ps) {
+/* Where the tensors go: one writer, or (--shards) a splitter that cuts
+ * each tensor into the shard files as it comes, with no joined copy. */
+typedef struct out_files {
+    tzr_writer *w;
+    tzr_shard_splitter *sp;
+} out_files;
+
+static int out_add(out_files *o, const tzr_tensor_desc *d, const void *data) {
+    return o->sp ? tzr_shard_splitter_add(o->sp, d, data) : tzr_writer_add(o->w, d, data);
+}
+
+static int add_safetensors(out_files *w, const char *path, progress_state *ps) {
     tzr_st_file *f;
     int rc = tzr_st_open(&f, path);
     if (rc) return rc;
@@ -133,7 +144,7 @@ static int add_safetensors(tzr_writer *w, const char *path, progress_state *ps) 
         d.dtype = t->dtype;
         d.ndim = t->ndim;
         d.shape = t->shape;
-        rc = tzr_writer_add(w, &d, tzr_st_data(f, i));
+        rc = out_add(w, &d, tzr_st_data(f, i));
         ps->done += t->nbytes;
         if (!ps->quiet) cli_progress_update(&ps->bar, ps->done);
     }
@@ -145,7 +156,7 @@ static int add_safetensors(tzr_writer *w, const char *path, progress_state *ps) 
  * types, module indices and dtype strings. Each tensor's stored hashes are
  * checked in the read that feeds the writer: fresh hashes over corrupt
  * bytes would make the corruption pass every later check. */
-static int add_tensors(tzr_writer *w, const char *path, progress_state *ps) {
+static int add_tensors(out_files *w, const char *path, progress_state *ps) {
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.read_headers = 1; /* module indices live in the headers */
     ro.verify = 1;
@@ -166,7 +177,7 @@ static int add_tensors(tzr_writer *w, const char *path, progress_state *ps) {
         rc = t->meta ? 0 : tzr_reader_read(r, i, buf, t->nbytes);
         tzr_tensor_desc d = {t->name, t->name_len, t->type, (uint16_t)(t->module_idx < 0 ? 0 : t->module_idx),
                              t->dtype_str, t->dtype_len, t->dtype, t->ndim, t->shape, t->meta};
-        if (!rc) rc = tzr_writer_add(w, &d, buf);
+        if (!rc) rc = out_add(w, &d, buf);
         free(buf);
         ps->done += t->nbytes;
         if (!ps->quiet) cli_progress_update(&ps->bar, ps->done);
@@ -263,13 +274,9 @@ int main(int argc, char **argv) {
         cli_error(rules ? "--split-dim goes with --shards" : "--shards takes 1 to %d", TZR_SHARD_MAX);
         return EXIT_USAGE;
     }
-    if (shards && (key_material.have_key || key_material.password)) {
-        cli_error("--shards does not encrypt yet; write the shards, then encrypt each");
-        return EXIT_USAGE;
-    }
-    /* With --shards, the inputs are first written as one temporary
-     * .tensors file beside the output, then split (and removed). */
-    char prefix[4096], joined[4200], manifest[4200];
+    /* With --shards, each tensor is cut into the shard files as it is
+     * read: no joined copy of the model on disk. */
+    char prefix[4096], manifest[4200];
     const char *target = output; /* what the user named, for messages */
     if (shards ? refuse_existing_shards(output, shards, force) : cli_output_check(output, force))
         return EXIT_FAIL;
@@ -277,11 +284,9 @@ int main(int argc, char **argv) {
         snprintf(prefix, sizeof prefix, "%s", output);
         size_t pl = strlen(prefix);
         if (pl > 8 && strcmp(prefix + pl - 8, ".tensors") == 0) prefix[pl - 8] = 0;
-        snprintf(joined, sizeof joined, "%s.tzr-joined-%d.tensors", prefix, (int)getpid());
-        output = joined;
         snprintf(manifest, sizeof manifest, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
     }
-    cli_output_guard(shards ? manifest : output, shards ? joined : NULL);
+    cli_output_guard(shards ? manifest : output, NULL);
 
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     cli_crypt_apply(&key_material, &wo.crypt);
@@ -295,46 +300,40 @@ int main(int argc, char **argv) {
     }
     progress_state ps = {{0}, 0, quiet};
     double t0 = cli_now();
-    tzr_writer *w;
-    int rc = cli_stop_signal ? TZR_ECANCELED : tzr_writer_open(&w, output, &wo);
+    out_files w = {0};
+    int rc = TZR_ECANCELED;
+    if (!cli_stop_signal && shards) {
+        tzr_shard_split_options so = TZR_SHARD_SPLIT_OPTIONS_INIT;
+        so.metadata_size = wo.metadata_size;
+        so.file = &wo;
+        rc = tzr_shard_splitter_open(&w.sp, prefix, shards, rules, &so);
+    } else if (!cli_stop_signal) {
+        rc = tzr_writer_open(&w.w, output, &wo);
+    }
     if (rc) return cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     cli_progress_begin(&ps.bar, "tensorize", total);
     for (int i = optind; i < argc && !rc; i++)
-        rc = is_tensors_file(argv[i]) ? add_tensors(w, argv[i], &ps) : add_safetensors(w, argv[i], &ps);
+        rc = is_tensors_file(argv[i]) ? add_tensors(&w, argv[i], &ps) : add_safetensors(&w, argv[i], &ps);
     cli_progress_end(&ps.bar);
     if (rc) {
         /* Keep the message: aborting may call into the library again. */
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", tzr_last_error());
-        tzr_writer_abort(w);
+        if (w.sp) tzr_shard_splitter_abort(w.sp);
+        else tzr_writer_abort(w.w);
         if (cli_stop_signal) return cli_output_stopped(0);
         cli_error("%s", msg);
-        cli_error("nothing was written to %s", target);
+        cli_error("nothing was written to %s", shards ? manifest : target);
         return EXIT_FAIL;
     }
-    rc = tzr_writer_close(w);
-    if (rc) return cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     if (shards) {
         char note[4400];
         snprintf(note, sizeof note, "shards finished before the signal may be left; %s not rewritten", manifest);
         cli_output_note(note);
-        tzr_reader *r;
-        rc = tzr_reader_open(&r, output, NULL);
-        if (!rc) {
-            tzr_shard_split_options so = TZR_SHARD_SPLIT_OPTIONS_INIT;
-            so.metadata_size = index_bytes;
-            rc = tzr_shard_split(r, prefix, shards, rules, &so);
-            tzr_reader_free(r);
-        }
-        if (rc) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", tzr_last_error());
-            unlink(output);
-            if (cli_stop_signal) return cli_output_stopped(0);
-            cli_error("%s", msg);
-            return EXIT_FAIL;
-        }
-        unlink(output);
+    }
+    rc = w.sp ? tzr_shard_splitter_close(w.sp) : tzr_writer_close(w.w);
+    if (rc) return cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
+    if (shards) {
         if (cli_stop_signal) return cli_output_stopped(1);
         if (!quiet) {
             char first[4200];
