@@ -204,30 +204,33 @@ static void opts_older_caller_works(void) {
  * accepted (exact-size allocations, so an over-read is a sanitizer report),
  * the new fields keep their defaults. */
 static void opts_older_load_and_http(void) {
+    /* byte buffers of exactly the older size: only struct_size is written
+     * here, through memcpy, as the library reads it */
     size_t first = offsetof(tzr_load_options, on_tensor_error);
     tzr_load_options init = TZR_LOAD_OPTIONS_INIT;
-    tzr_load_options *lo = malloc(first);
+    unsigned char *lo = malloc(first);
     memcpy(lo, &init, first);
-    lo->struct_size = first;
+    memcpy(lo, &first, sizeof first);
     tzr_reader *r;
     CHECK_OK(tzr_reader_open(&r, enc_path, NULL));
     tzr_sink *s;
     CHECK_OK(tzr_sink_null_new(&s));
     /* the file needs a key: fails the usual way, past the options check */
-    if (r) CHECK_RC(tzr_load(r, s, lo, NULL), TZR_ECRYPT);
-    lo->struct_size = first - 1;
-    if (r) CHECK_RC(tzr_load(r, s, lo, NULL), TZR_EINVAL);
+    if (r) CHECK_RC(tzr_load(r, s, (const tzr_load_options *)lo, NULL), TZR_ECRYPT);
+    size_t shorter = first - 1;
+    memcpy(lo, &shorter, sizeof shorter);
+    if (r) CHECK_RC(tzr_load(r, s, (const tzr_load_options *)lo, NULL), TZR_EINVAL);
     free(lo);
     tzr_sink_free(s);
     tzr_reader_free(r);
     size_t hfirst = offsetof(tzr_http_options, stall_timeout_s);
     tzr_http_options hinit = TZR_HTTP_OPTIONS_INIT;
-    tzr_http_options *ho = malloc(hfirst);
+    unsigned char *ho = malloc(hfirst);
     memcpy(ho, &hinit, hfirst);
-    ho->struct_size = hfirst;
+    memcpy(ho, &hfirst, sizeof hfirst);
     tzr_source *src = NULL;
     /* nothing listens on port 1: a network error, not an options error */
-    int rc = tzr_source_open_url(&src, "http://127.0.0.1:1/x.tensors", ho);
+    int rc = tzr_source_open_url(&src, "http://127.0.0.1:1/x.tensors", (const tzr_http_options *)ho);
     CHECKF(rc != 0 && rc != TZR_EINVAL, "rc %d: %s", rc, tzr_last_error());
     free(ho);
 }
