@@ -585,10 +585,11 @@ static void counting_destroy(tzr_source *s) {
     free(c);
 }
 
-static tzr_reader *open_counting(const char *path, counting **out) {
+/* A counting source over inner (a file or memory source). */
+static counting *wrap_counting(tzr_source *inner) {
     counting *c = calloc(1, sizeof *c);
     pthread_mutex_init(&c->lock, NULL);
-    CHECK_OK(tzr_source_open_file(&c->inner, path, 0));
+    c->inner = inner;
     c->base = *c->inner;
     c->base.read_at = counting_read;
     c->base.readv_at = NULL;
@@ -596,6 +597,13 @@ static tzr_reader *open_counting(const char *path, counting **out) {
     c->base.set_direct = NULL;
     c->base.destroy = counting_destroy;
     c->base.ctx = c;
+    return c;
+}
+
+static tzr_reader *open_counting(const char *path, counting **out) {
+    tzr_source *file = NULL;
+    CHECK_OK(tzr_source_open_file(&file, path, 0));
+    counting *c = wrap_counting(file);
     *out = c;
     tzr_reader *r = NULL;
     CHECK_OK(tzr_reader_open_source(&r, &c->base, NULL));
@@ -855,16 +863,9 @@ static void go_on_past_bad_frames(void) {
                 CHECK(locate(b, len, files[k].bad[j], &L) == 0);
                 for (uint64_t x = L.dlen / 3; x < L.dlen / 3 + 64 && x < L.dlen; x++) b[L.doff + x] ^= 0x55;
             }
-            counting *c = calloc(1, sizeof *c);
-            pthread_mutex_init(&c->lock, NULL);
-            CHECK_OK(tzr_source_open_memory(&c->inner, b, len, "frames.tensors"));
-            c->base = *c->inner;
-            c->base.read_at = counting_read;
-            c->base.readv_at = NULL;
-            c->base.is_cached = NULL;
-            c->base.set_direct = NULL;
-            c->base.destroy = counting_destroy;
-            c->base.ctx = c;
+            tzr_source *mem = NULL;
+            CHECK_OK(tzr_source_open_memory(&mem, b, len, "frames.tensors"));
+            counting *c = wrap_counting(mem);
             c->base.pack_reads = files[k].packed;
             tzr_reader *r = NULL;
             CHECK_OK(tzr_reader_open_source(&r, &c->base, NULL));

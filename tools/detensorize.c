@@ -366,6 +366,21 @@ static int st_submit(tzr_sink *s, int slot, size_t i, uint64_t off, const void *
     return rc;
 }
 
+/* After the load into e: commit the file, or abort it on a failure or a
+ * signal; prints the outcome. */
+static int st_finish(const opts *o, st_sink *e, int rc, size_t m, double seconds) {
+    if (rc || cli_stop_signal) {
+        if (rc && !cli_stop_signal) cli_lib_error(rc);
+        tzr_st_writer_abort(e->w);
+        return rc ? rc : TZR_ECANCELED;
+    }
+    rc = tzr_st_writer_close(e->w);
+    if (rc && !cli_stop_signal) cli_lib_error(rc);
+    else if (!rc && !o->quiet)
+        fprintf(stderr, "%s: wrote %zu tensors to %s in %.2f s\n", o->file, m, o->output, seconds);
+    return rc;
+}
+
 /* Structured names become dot-joined paths ("model.layers.0.w"). */
 static char *export_name(const tzr_tensor_info *t) {
     if (!t->structured) return strdup(t->name);
@@ -451,18 +466,7 @@ static int do_export(const opts *o, tzr_reader *r) {
         tzr_load_stats st;
         rc = tzr_load(r, &e.base, &lo, &st);
         cli_progress_end(&pr);
-        if (rc) {
-            if (!cli_stop_signal) cli_lib_error(rc);
-            tzr_st_writer_abort(e.w);
-        } else if (cli_stop_signal) {
-            rc = TZR_ECANCELED;
-            tzr_st_writer_abort(e.w);
-        } else {
-            rc = tzr_st_writer_close(e.w);
-            if (rc && !cli_stop_signal) cli_lib_error(rc);
-            else if (!o->quiet)
-                fprintf(stderr, "%s: wrote %zu tensors to %s in %.2f s\n", o->file, m, o->output, st.seconds);
-        }
+        rc = st_finish(o, &e, rc, m, st.seconds);
         pthread_mutex_destroy(&e.lock);
     }
     for (size_t k = 0; k < m; k++) free(names[k]);
@@ -584,18 +588,7 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
         lo.cancel = &cli_stop_signal;
         rc = tzr_shard_load_rank_into(set, 0, 1, NULL, &e.base, &lo, &st);
         cli_progress_end(&pr);
-        if (rc) {
-            if (!cli_stop_signal) cli_lib_error(rc);
-            tzr_st_writer_abort(e.w);
-        } else if (cli_stop_signal) {
-            rc = TZR_ECANCELED;
-            tzr_st_writer_abort(e.w);
-        } else {
-            rc = tzr_st_writer_close(e.w);
-            if (rc && !cli_stop_signal) cli_lib_error(rc);
-            else if (!o->quiet)
-                fprintf(stderr, "%s: wrote %zu tensors to %s in %.2f s\n", o->file, m, o->output, st.seconds);
-        }
+        rc = st_finish(o, &e, rc, m, st.seconds);
         pthread_mutex_destroy(&e.lock);
     }
     free(decl);
