@@ -124,12 +124,8 @@ def load_table(reader_handle, count, dests, device=None, verify=None, progress=N
     opt = _lib.load_options(filter=_lib.FILTER_MASK, filter_ctx=ctypes.cast(mask, c_void_p))
     if verify is not None:
         opt.verify = 1 if verify else 0
-    cb = None
-    if progress is True:
-        progress = _bar
-    if progress is not None:
-        # Called from pipeline threads per chunk, never per tensor.
-        cb = _lib.PROGRESS_FN(lambda ctx, done, total: progress(done, total))
+    cb = progress_callback(progress)
+    if cb is not None:
         opt.progress = cb
     stats = _lib.LoadStats()
     try:
@@ -140,6 +136,17 @@ def load_table(reader_handle, count, dests, device=None, verify=None, progress=N
     if err is not None:
         raise err
     return stats
+
+
+def progress_callback(progress):
+    """A C progress callback for `progress` (a callable(done, total), True
+    for a bar, None for none); keep it alive for the load."""
+    if progress is True:
+        progress = _bar
+    if progress is None:
+        return None
+    # Called from pipeline threads per chunk, never per tensor.
+    return _lib.PROGRESS_FN(lambda ctx, done, total: progress(done, total))
 
 
 def _bar(done, total):

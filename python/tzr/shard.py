@@ -89,7 +89,7 @@ def load_rank(manifest, rank, nranks, device="cpu", rules=None, verify=True, pro
     """{name: tensor} of what rank `rank` of `nranks` holds (reshards from
     however many shards were written). Each value is the local slice; its
     placement is in `.tzr_slice` of the returned dict: {name: (dim, offset)}."""
-    from ._core import _bar
+    from ._core import progress_callback
     dev, cuda = _resolve_device(device)
     opt = _lib.ShardOpenOptions(struct_size=ctypes.sizeof(_lib.ShardOpenOptions), verify=1 if verify else 0)
     s = c_void_p()
@@ -125,11 +125,8 @@ def load_rank(manifest, rank, nranks, device="cpu", rules=None, verify=True, pro
         else:
             check(lib.tzr_sink_cuda_table_new(byref(sink), int(cuda), ptrs, lens, n))
         lo = _lib.load_options()
-        cb = None
-        if progress is True:
-            progress = _bar
-        if progress is not None:
-            cb = _lib.PROGRESS_FN(lambda ctx, done, total: progress(done, total))
+        cb = progress_callback(progress)
+        if cb is not None:
             lo.progress = cb
         try:
             rc = lib.tzr_shard_load_rank_into(s, int(rank), int(nranks), rules_b, sink, byref(lo), None)
