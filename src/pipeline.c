@@ -1443,6 +1443,11 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
      * copy still reads a slot we free), retire in unit order. */
     for (int s = 0; p->slots && s < p->nslots; s++) {
         slot *sl = &p->slots[s];
+        /* A unit stopped part way (a failure elsewhere) has submitted
+         * pieces but no fence yet: fence the slot now, the workers are
+         * done, so its copies end before the slot is freed. */
+        if (!sl->has_fence && sink->fence && sl->buf && sl->unit >= 0 && !sl->processed)
+            sl->has_fence = sink->fence(sink, s, &sl->fence) == 0;
         if (sl->has_fence) {
             int wrc = sink->wait(sink, sl->fence);
             sl->has_fence = 0;
