@@ -99,14 +99,19 @@ $(BUILD)/libtzr.pc: Makefile
 # A fake CUDA runtime (host memory, asynchronous streams) for GPU-less tests.
 $(BUILD)/tests/libfakecudart.so: tests/fake_cuda/fake_cudart.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fvisibility=default -shared $< $(LDFLAGS) -lpthread -o $@
+	$(CC) $(CFLAGS) -fvisibility=default -shared -Wl,-soname,libfakecudart.so $< $(LDFLAGS) -lpthread -o $@
+# A fake NCCL over MPI on the fake runtime's memory and streams (needs MPI).
+$(BUILD)/tests/libfakenccl.so: tests/fake_cuda/fake_nccl.c $(BUILD)/tests/libfakecudart.so
+	$(CC) $(CFLAGS) -fvisibility=default -shared $< -L$(BUILD)/tests -lfakecudart -Wl,-rpath,'$$ORIGIN' \
+	  $(LDFLAGS) $(MPI_LIBS) -lpthread -o $@
+FAKE_NCCL := $(if $(strip $(MPI_LIBS)),$(BUILD)/tests/libfakenccl.so)
 
 # The GPU check program (tests/gpu/run.sh runs it; make test runs it on the fake).
 $(BUILD)/tests/gpu_load: tests/gpu/gpu_load.c $(TEST_UTIL) $(BUILD)/libtzr.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/util $< $(TEST_UTIL) $(BUILD)/libtzr.a $(LDFLAGS) $(LIBS) -o $@
 
-test: all $(TEST_BINS) $(FUZZ_REPLAY) $(BUILD)/tests/libfakecudart.so $(BUILD)/tests/gpu_load
+test: all $(TEST_BINS) $(FUZZ_REPLAY) $(BUILD)/tests/libfakecudart.so $(FAKE_NCCL) $(BUILD)/tests/gpu_load
 	@bash scripts/deps.sh test || true
 	@BUILD=$(BUILD) bash tests/run.sh
 

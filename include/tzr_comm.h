@@ -6,18 +6,22 @@
  * Modes (all ranks call tzr_comm_load collectively with the same path and
  * options; every rank ends with identical bytes for the same tensor):
  *   independent  each rank reads everything it needs itself;
- *   broadcast    rank 0 reads the tensor data chunk by chunk and broadcasts
- *                each chunk (MPI_Ibcast, a window of chunks in flight)
- *                while it reads the next; other ranks do not open the
- *                file at all (the tensor table comes from rank 0 too);
- *   allgather    each of N ranks reads ~1/N of the data bytes (a byte range
- *                of the concatenated tensor data), then the ranges are
- *                exchanged chunk by chunk so every rank has everything;
+ *   broadcast    rank 0 loads the tensor data through the pipeline and
+ *                broadcasts each chunk (MPI_Ibcast, a window of chunks in
+ *                flight) as soon as it is complete, while the next ones
+ *                are read; other ranks do not open the file at all (the
+ *                tensor table comes from rank 0 too);
+ *   allgather    each of N ranks loads ~1/N of the data bytes (a byte
+ *                range of the concatenated tensor data; a tensor cut by a
+ *                boundary is still verified whole by both ranks), and the
+ *                ranges are exchanged chunk by chunk while being read;
  *   sharded      each rank reads only its own slices (tzr_shard_load_rank
  *                with rank/size of the communicator); path may be a
  *                manifest or a plain file.
- * The first three deliver whole tensors of a plain `.tensors` file (or,
- * independent only, a manifest loaded whole).
+ * The first three deliver whole tensors of a `.tensors` file (plain,
+ * encrypted or compressed: the reading ranks run the pipeline, so they
+ * decrypt, decompress and verify), or, independent only, a manifest
+ * loaded whole.
  *
  * Failures: ranks agree on the status after every phase and before the
  * data exchange; a rank that fails makes every rank return (the failing
@@ -70,8 +74,11 @@ typedef struct tzr_comm_load_options {
     int verify;           /* check hashes; default 1 */
     const char *rules;    /* sharded: target layout rules (NULL: default) */
     double timeout_s;     /* bound on any wait; default 300; < 0: none */
+    tzr_crypt_params crypt; /* key or password of encrypted files (needed on
+                               the ranks that read: rank 0 for broadcast) */
 } tzr_comm_load_options;
-#define TZR_COMM_LOAD_OPTIONS_INIT { sizeof(tzr_comm_load_options), TZR_COMM_INDEPENDENT, 0, 0, 1, 0, 0 }
+#define TZR_COMM_LOAD_OPTIONS_INIT \
+    { sizeof(tzr_comm_load_options), TZR_COMM_INDEPENDENT, 0, 0, 1, 0, 0, {0, 0, 0, 0, 0, 0} }
 
 typedef struct tzr_comm_stats {
     uint64_t bytes;       /* tensor bytes this rank ended with */
@@ -85,16 +92,38 @@ typedef struct tzr_comm_stats {
 TZR_API int tzr_comm_load(tzr_comm *c, const char *path, const tzr_comm_load_options *opt,
                           tzr_shard_result **out, tzr_comm_stats *stats);
 
-/* NCCL: rank 0 loads the whole file to host, copies it to its GPU and
- * ncclBroadcasts it to every rank's GPU `device` (libnccl.so.2 and the
- * CUDA runtime are loaded at run time; the ncclUniqueId travels over
- * MPI). Without NCCL, CUDA or a device on any rank: TZR_ENODEV on every
- * rank. *dev_arena gets the device memory (free with
- * tzr_comm_device_free), *layout the pieces with device data pointers. */
+/* A load's result in device memory: the pieces' data are device pointers
+ * on `device`, inside one cudaMalloc'd block. A type of its own, freed
+ * only by tzr_device_result_free, so no host free() can reach it. */
+typedef struct tzr_device_result {
+    size_t count;
+    tzr_shard_piece *pieces;
+    uint64_t bytes;         /* tensor bytes this rank holds */
+    uint64_t bytes_read;    /* bytes this rank read from storage */
+    int device;
+    void *internal_;        /* private */
+} tzr_device_result;
+TZR_API void tzr_device_result_free(tzr_device_result *r);
+
+/* Collective load into GPU `device` of every rank, in any mode, through
+ * the pipeline (pinned staging ring, cudaMemcpyAsync): host memory stays
+ * within the ring budget whatever the model size.
+ *   independent  each rank loads the file (or manifest) itself;
+ *   broadcast    rank 0 loads into its GPU; each chunk is ncclBroadcast
+ *                from there as soon as it is in place, while the next
+ *                ones are read;
+ *   allgather    each rank loads its 1/N of the bytes into its GPU, and
+ *                rounds of grouped ncclBroadcasts (one per rank's part)
+ *                exchange them, overlapping the reads;
+ *   sharded      each rank loads its slices of a manifest (or file).
+ * Encrypted and compressed files work in every mode (the reading rank
+ * decrypts and decompresses). Ranks agree on a status before each chunk
+ * goes to NCCL, so a failing reader ends every rank without a hanging
+ * collective. libnccl.so.2 ($TZR_NCCL) and the CUDA runtime are loaded at
+ * run time; without them or a device on any rank: TZR_ENODEV on every
+ * rank. Whole-tensor modes pack tensors back to back in file order. */
 TZR_API int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_options *opt, int device,
-                                 tzr_shard_result **layout);
-/* Frees the device arena of a layout from tzr_comm_load_device. */
-TZR_API void tzr_comm_device_free(tzr_shard_result *layout);
+                                 tzr_device_result **out, tzr_comm_stats *stats);
 
 #ifdef __cplusplus
 }

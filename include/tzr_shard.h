@@ -156,7 +156,7 @@ TZR_API tzr_reader *tzr_shard_reader(const tzr_shard_set *s, int k);
 /* What one rank holds of one global tensor after a load. */
 typedef struct tzr_shard_piece {
     size_t tensor;          /* index in the set */
-    const char *name;       /* points into the set */
+    const char *name;       /* owned by whatever holds the piece */
     size_t name_len;
     tzr_dtype dtype;
     int dim;                /* split dimension, or TZR_SHARD_REPLICATED (whole) */

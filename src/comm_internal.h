@@ -22,13 +22,10 @@ typedef struct comm_layout {
     uint64_t stream;    /* bytes of the concatenated data */
 } comm_layout;
 
-/* Serialise the reader's tensor table. raw: the data must be plain bytes
- * (no encryption) because it is read with read_at. */
-TZR_HIDDEN int comm_table_from_reader(tzr_reader *r, int raw, uint8_t **blob, size_t *len);
+/* Serialise the reader's tensor table. */
+TZR_HIDDEN int comm_table_from_reader(tzr_reader *r, uint8_t **blob, size_t *len);
 /* Build the result and spans from a table; the arena is allocated and
  * meta tensors zeroed. */
 TZR_HIDDEN int comm_layout_build(const uint8_t *blob, size_t len, int alloc_arena, comm_layout *out);
 TZR_HIDDEN void comm_layout_free(comm_layout *l); /* frees spans only */
-/* Which rank owns tensor i for verification (spread evenly). */
-static inline int comm_owner(size_t i, int size) { return (int)(i % (size_t)size); }
 #endif

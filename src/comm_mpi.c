@@ -45,6 +45,7 @@ int tzr_comm_load(tzr_comm *c, const char *path, const tzr_comm_load_options *op
     return NO_MPI;
 }
 #else
+#include "comm_feed.h"
 #include "comm_mpi.h"
 #include "reader_internal.h"
 #include "tzr_load.h"
@@ -169,111 +170,54 @@ int comm_agree(tzr_comm *c, int rc, double timeout) {
 int tzr_comm_agree(tzr_comm *c, int rc) { return comm_agree(c, rc, 300); }
 
 /* ------------------------------------------------------------ helpers */
-int comm_read_stream(tzr_reader *r, const comm_layout *L, uint8_t *arena, uint64_t off, uint64_t len,
-                     uint64_t *bytes_read) {
-    size_t lo = 0, hi = L->nspans;
-    while (lo < hi) { /* first span ending after off */
-        size_t mid = (lo + hi) / 2;
-        if (L->spans[mid].arena_off + L->spans[mid].len <= off) lo = mid + 1;
-        else hi = mid;
-    }
-    tzr_source *src = tzr_reader_source(r);
-    for (size_t k = lo; k < L->nspans && L->spans[k].arena_off < off + len; k++) {
-        const comm_span *s = &L->spans[k];
-        uint64_t a = s->arena_off > off ? s->arena_off : off;
-        uint64_t b = s->arena_off + s->len < off + len ? s->arena_off + s->len : off + len;
-        if (a >= b) continue;
-        int rc = src->read_at(src, arena + a, (size_t)(b - a), s->file_off + (a - s->arena_off));
-        if (rc) {
-            char nb[TZR_NAMEBUF];
-            const tzr_shard_piece *p = &L->res->pieces[s->tensor];
-            return tzr_fail_prefix(rc, "tensor '%s' at file offset %llu: ",
-                                   tzr_printable(p->name, p->name_len, nb, sizeof nb),
-                                   (unsigned long long)(s->file_off + (a - s->arena_off)));
-        }
-        *bytes_read += b - a;
-    }
+int comm_take_options(const tzr_comm_load_options *opt, tzr_comm_load_options *out) {
+    tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
+    if (TZR_OPTS(tzr_comm_load_options, o, opt, offsetof(tzr_comm_load_options, crypt))) return TZR_EINVAL;
+    if (!o.chunk_bytes) o.chunk_bytes = (size_t)8 << 20;
+    if (o.chunk_bytes > ((size_t)1 << 30)) o.chunk_bytes = (size_t)1 << 30;
+    if (o.window < 1) o.window = 4;
+    if (o.timeout_s == 0) o.timeout_s = 300;
+    *out = o;
     return 0;
 }
 
-int comm_verify(tzr_reader *r, const tzr_shard_piece *p) {
-    const tzr_tensor_header *h;
-    int rc = tzr_reader_header(r, p->tensor, &h);
-    if (rc || (!h->has_crc32 && !h->has_sha256)) return rc;
-    tzr_hasher hs;
-    if ((rc = tzr_reader_hash_begin(r, p->tensor, &hs))) return rc;
-    tzr_hasher_update(&hs, p->data, (size_t)p->nbytes);
-    return tzr_reader_hash_check(r, p->tensor, &hs);
+void comm_poll(void *ctx) {
+    tzr_comm *c = ctx;
+    int flag;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->comm, &flag, MPI_STATUS_IGNORE);
 }
 
-static int ends_with_json(const char *p) {
+int comm_ends_with_json(const char *p) {
     size_t n = strlen(p);
     return n >= 5 && strcmp(p + n - 5, ".json") == 0;
 }
 
-/* ------------------------------------------------------------ modes */
-static int load_sharded(tzr_comm *c, const char *path, const tzr_comm_load_options *o, int rank, int size,
-                        tzr_shard_result **out, uint64_t *bytes_read) {
-    tzr_shard_set *s = NULL;
-    tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
-    so.verify = o->verify;
-    int rc = comm_agree(c, tzr_shard_open(&s, path, &so), o->timeout_s);
-    if (!rc) rc = tzr_shard_load_rank(s, rank, size, o->rules, out);
-    if (*out) *bytes_read = (*out)->bytes_read;
-    tzr_shard_close(s);
-    return rc;
-}
-
-static void *arena_dest(void *ctx, size_t index, const tzr_tensor_info *t) {
-    tzr_shard_result *res = ctx;
-    return index < res->count ? res->pieces[index].data : NULL;
-}
-
-int comm_open_layout(const char *path, int verify, int raw, tzr_reader **r, comm_layout *L) {
+static int open_reader(const char *path, const tzr_comm_load_options *o, tzr_reader **r) {
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
-    ro.verify = verify;
+    ro.verify = o->verify;
+    ro.crypt = o->crypt;
+    return tzr_reader_open(r, path, &ro);
+}
+
+int comm_open_layout(const char *path, const tzr_comm_load_options *o, int alloc_arena, tzr_reader **r,
+                     comm_layout *L) {
     uint8_t *blob = NULL;
     size_t len = 0;
-    int rc = tzr_reader_open(r, path, &ro);
-    if (!rc) rc = comm_table_from_reader(*r, raw, &blob, &len);
-    if (!rc) rc = comm_layout_build(blob, len, 1, L);
+    int rc = open_reader(path, o, r);
+    if (!rc) rc = comm_table_from_reader(*r, &blob, &len);
+    if (!rc) rc = comm_layout_build(blob, len, alloc_arena, L);
     free(blob);
     return rc;
 }
 
-static int load_independent(tzr_comm *c, const char *path, const tzr_comm_load_options *o, tzr_shard_result **out,
-                            uint64_t *bytes_read) {
-    if (ends_with_json(path)) return load_sharded(c, path, o, 0, 1, out, bytes_read);
-    tzr_reader *r = NULL;
-    comm_layout L = {0};
-    int rc = comm_agree(c, comm_open_layout(path, o->verify, 0, &r, &L), o->timeout_s);
-    tzr_sink *sink = NULL;
-    if (!rc) rc = tzr_sink_host_new(&sink, arena_dest, L.res);
-    if (!rc) {
-        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
-        lo.verify = o->verify;
-        tzr_load_stats st = {0};
-        rc = tzr_load(r, sink, &lo, &st);
-        *bytes_read = st.bytes_read;
-    }
-    tzr_sink_free(sink);
-    tzr_reader_free(r);
-    comm_layout_free(&L);
-    if (rc) tzr_shard_result_free(L.res);
-    else *out = L.res;
-    return rc;
-}
-
-static int load_broadcast(tzr_comm *c, const char *path, const tzr_comm_load_options *o, tzr_shard_result **out,
-                          uint64_t *bytes_read) {
-    tzr_reader *r = NULL;
+int comm_root_layout(tzr_comm *c, const char *path, const tzr_comm_load_options *o, int alloc_arena,
+                     tzr_reader **r, comm_layout *L) {
     uint8_t *blob = NULL;
     size_t blen = 0;
     int rc = 0;
     if (c->rank == 0) {
-        tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
-        rc = tzr_reader_open(&r, path, &ro);
-        if (!rc) rc = comm_table_from_reader(r, 1, &blob, &blen);
+        rc = open_reader(path, o, r);
+        if (!rc) rc = comm_table_from_reader(*r, &blob, &blen);
     }
     rc = comm_agree(c, rc, o->timeout_s);
     uint64_t len64 = blen;
@@ -289,11 +233,54 @@ static int load_broadcast(tzr_comm *c, const char *path, const tzr_comm_load_opt
         int e = MPI_Ibcast(blob, (int)len64, MPI_BYTE, 0, c->comm, &q);
         rc = e ? comm_mpi_fail(c, e, "MPI_Ibcast") : comm_wait(c, &q, 1, o->timeout_s, "tensor table", 0);
     }
-    comm_layout L = {0};
-    if (!rc) rc = comm_layout_build(blob, (size_t)len64, 1, &L);
+    if (!rc) rc = comm_layout_build(blob, (size_t)len64, alloc_arena, L);
     free(blob);
-    rc = comm_agree(c, rc, o->timeout_s);
-    if (!rc) rc = comm_bcast_stream(c, r, &L, o, bytes_read);
+    return comm_agree(c, rc, o->timeout_s);
+}
+
+/* A host sink writing each tensor at its place in the result arena. */
+static int arena_sink(const comm_layout *L, tzr_sink **out) {
+    size_t n = L->res->count;
+    void **ptrs = malloc((n ? n : 1) * sizeof *ptrs);
+    uint64_t *lens = malloc((n ? n : 1) * sizeof *lens);
+    int rc = ptrs && lens ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++) ptrs[i] = L->res->pieces[i].data, lens[i] = L->res->pieces[i].nbytes;
+    if (!rc) rc = tzr_sink_host_table_new(out, ptrs, lens, n);
+    free(ptrs);
+    free(lens);
+    return rc;
+}
+
+/* ------------------------------------------------------------ modes */
+static int load_sharded(tzr_comm *c, const char *path, const tzr_comm_load_options *o, int rank, int size,
+                        tzr_shard_result **out, uint64_t *bytes_read) {
+    tzr_shard_set *s = NULL;
+    tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
+    so.verify = o->verify;
+    so.crypt = o->crypt;
+    int rc = comm_agree(c, tzr_shard_open(&s, path, &so), o->timeout_s);
+    if (!rc) rc = tzr_shard_load_rank(s, rank, size, o->rules, out);
+    if (*out) *bytes_read = (*out)->bytes_read;
+    tzr_shard_close(s);
+    return rc;
+}
+
+static int load_independent(tzr_comm *c, const char *path, const tzr_comm_load_options *o, tzr_shard_result **out,
+                            uint64_t *bytes_read) {
+    if (comm_ends_with_json(path)) return load_sharded(c, path, o, 0, 1, out, bytes_read);
+    tzr_reader *r = NULL;
+    comm_layout L = {0};
+    int rc = comm_agree(c, comm_open_layout(path, o, 1, &r, &L), o->timeout_s);
+    tzr_sink *sink = NULL;
+    if (!rc) rc = arena_sink(&L, &sink);
+    if (!rc) {
+        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+        lo.verify = o->verify;
+        tzr_load_stats st = {0};
+        rc = tzr_load(r, sink, &lo, &st);
+        *bytes_read = st.bytes_read;
+    }
+    tzr_sink_free(sink);
     tzr_reader_free(r);
     comm_layout_free(&L);
     if (rc) tzr_shard_result_free(L.res);
@@ -301,14 +288,26 @@ static int load_broadcast(tzr_comm *c, const char *path, const tzr_comm_load_opt
     return rc;
 }
 
-static int load_allgather(tzr_comm *c, const char *path, const tzr_comm_load_options *o, tzr_shard_result **out,
-                          uint64_t *bytes_read) {
+/* Broadcast (rank 0 reads everything) or allgather (each rank its part):
+ * the reading ranks run the pipeline into the arena, the stream phase
+ * forwards each chunk once it is complete. */
+static int load_streamed(tzr_comm *c, const char *path, const tzr_comm_load_options *o, int gather,
+                         tzr_shard_result **out, uint64_t *bytes_read) {
     tzr_reader *r = NULL;
     comm_layout L = {0};
-    int rc = comm_agree(c, comm_open_layout(path, 0, 1, &r, &L), o->timeout_s);
-    if (!rc) rc = comm_gather_stream(c, r, &L, o, bytes_read);
-    for (size_t i = 0; !rc && o->verify && i < L.res->count; i++)
-        if (comm_owner(i, c->size) == c->rank && L.res->pieces[i].nbytes) rc = comm_verify(r, &L.res->pieces[i]);
+    int rc = gather ? comm_agree(c, comm_open_layout(path, o, 1, &r, &L), o->timeout_s)
+                    : comm_root_layout(c, path, o, 1, &r, &L);
+    tzr_sink *sink = NULL;
+    comm_feed *feed = NULL;
+    uint64_t lo = 0, len = L.stream;
+    if (!rc && gather) comm_part(&L, c->size, c->rank, &lo, &len);
+    if (!rc && r) rc = arena_sink(&L, &sink);
+    if (!rc && r) rc = comm_feed_start(&feed, r, &L, sink, lo, lo + len, o->verify);
+    rc = comm_agree(c, rc, o->timeout_s);
+    if (!rc) rc = gather ? comm_gather_stream(c, feed, &L, o) : comm_bcast_stream(c, feed, &L, o);
+    int frc = comm_feed_finish(feed, rc != 0, bytes_read);
+    if (!rc) rc = frc;
+    tzr_sink_free(sink);
     tzr_reader_free(r);
     comm_layout_free(&L);
     if (rc) tzr_shard_result_free(L.res);
@@ -320,20 +319,16 @@ int tzr_comm_load(tzr_comm *c, const char *path, const tzr_comm_load_options *op
                   tzr_comm_stats *stats) {
     *out = NULL;
     if (!c || !path) return tzr_fail(TZR_EINVAL, "comm load: no communicator or path");
-    tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
-    if (TZR_OPTS(tzr_comm_load_options, o, opt, sizeof o)) return TZR_EINVAL;
-    if (!o.chunk_bytes) o.chunk_bytes = (size_t)8 << 20;
-    if (o.chunk_bytes > ((size_t)1 << 30)) o.chunk_bytes = (size_t)1 << 30;
-    if (o.window < 1) o.window = 4;
-    if (o.timeout_s == 0) o.timeout_s = 300;
+    tzr_comm_load_options o;
+    if (comm_take_options(opt, &o)) return TZR_EINVAL;
     double t0 = comm_now();
     uint64_t bytes_read = 0;
     c->agreed_fail = c->peer_failed = 0;
     int rc;
     switch (o.mode) {
     case TZR_COMM_INDEPENDENT: rc = load_independent(c, path, &o, out, &bytes_read); break;
-    case TZR_COMM_BROADCAST: rc = load_broadcast(c, path, &o, out, &bytes_read); break;
-    case TZR_COMM_ALLGATHER: rc = load_allgather(c, path, &o, out, &bytes_read); break;
+    case TZR_COMM_BROADCAST: rc = load_streamed(c, path, &o, 0, out, &bytes_read); break;
+    case TZR_COMM_ALLGATHER: rc = load_streamed(c, path, &o, 1, out, &bytes_read); break;
     case TZR_COMM_SHARDED: rc = load_sharded(c, path, &o, c->rank, c->size, out, &bytes_read); break;
     default: rc = tzr_fail(TZR_EINVAL, "unknown mode %d", (int)o.mode);
     }

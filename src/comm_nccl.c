@@ -1,27 +1,53 @@
-/* Device loading with NCCL: rank 0 loads the file into host memory, copies
- * it to its GPU and ncclBroadcasts it to every rank's GPU. libnccl.so.2
- * and the CUDA runtime are loaded at run time from one symbol list each;
- * the ncclUniqueId travels over MPI. Any rank without NCCL, CUDA or a
- * device makes every rank return TZR_ENODEV. */
+/* Device loading (tzr_comm_load_device, include/tzr_comm.h). Every mode
+ * runs the pipeline into one device block per rank through the CUDA table
+ * sink (pinned staging, so host memory stays within the ring budget);
+ * broadcast and allgather forward each complete chunk of that block with
+ * NCCL while the next ones are read. Chunk statuses travel over MPI before
+ * the matching collective is posted, so no rank ever waits in NCCL for a
+ * peer whose reader has failed. libnccl.so.2 and the CUDA runtime are
+ * loaded at run time from one symbol list each. */
 #include "comm_internal.h"
+#include "cuda_rt.h"
+
+#include <stdlib.h>
+
+typedef struct device_hold {
+    tzr_shard_result *layout; /* pieces, shapes and names (no host arena) */
+    void *dev;                /* the cudaMalloc'd block */
+} device_hold;
+
+void tzr_device_result_free(tzr_device_result *r) {
+    TZR_KEEP_ERROR;
+    if (!r) return;
+    device_hold *h = r->internal_;
+    const tzr_cuda_api *cu;
+    if (h && h->dev && tzr_cuda_load(&cu) == 0) {
+        cu->cudaSetDevice(r->device);
+        cu->cudaFree(h->dev);
+    }
+    if (h) tzr_shard_result_free(h->layout);
+    free(h);
+    free(r);
+}
 
 #ifndef TZR_HAVE_MPI
 int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_options *opt, int device,
-                         tzr_shard_result **layout) {
-    *layout = NULL;
+                         tzr_device_result **out, tzr_comm_stats *stats) {
+    (void)c, (void)path, (void)opt, (void)device, (void)stats;
+    *out = NULL;
     return tzr_fail(TZR_ENOTSUP, "libtzr was built without MPI (install an MPI with pkg-config ompi-c and rebuild)");
 }
-void tzr_comm_device_free(tzr_shard_result *layout) { tzr_shard_result_free(layout); }
 #else
+#include "comm_feed.h"
 #include "comm_mpi.h"
-#include "cuda_rt.h"
+#include "shard_internal.h"
 #include "tzr_load.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct tzr_nccl_id { char internal[128]; } tzr_nccl_id;
 typedef void *tzr_nccl_comm;
@@ -31,7 +57,10 @@ typedef void *tzr_nccl_comm;
     X(int, ncclGetUniqueId, (tzr_nccl_id *))                                                 \
     X(int, ncclCommInitRank, (tzr_nccl_comm *, int, tzr_nccl_id, int))                       \
     X(int, ncclBroadcast, (const void *, void *, size_t, int, int, tzr_nccl_comm, void *))   \
+    X(int, ncclGroupStart, (void))                                                           \
+    X(int, ncclGroupEnd, (void))                                                             \
     X(int, ncclCommDestroy, (tzr_nccl_comm))                                                 \
+    X(int, ncclCommAbort, (tzr_nccl_comm))                                                   \
     X(const char *, ncclGetErrorString, (int))
 
 typedef struct tzr_nccl_api {
@@ -75,120 +104,279 @@ static int nccl_fail(const tzr_nccl_api *n, int err, const char *call) {
     return tzr_fail(TZR_EDEVICE, "%s failed: %s (ncclResult %d)", call, n->ncclGetErrorString(err), err);
 }
 
-void tzr_comm_device_free(tzr_shard_result *layout) {
-    TZR_KEEP_ERROR;
+/* One rank's device load in progress. */
+typedef struct dev_load {
+    tzr_comm *c;
+    const tzr_comm_load_options *o;
     const tzr_cuda_api *cu;
-    if (!layout) return;
-    if (layout->arena && tzr_cuda_load(&cu) == 0) cu->cudaFree(layout->arena);
-    layout->arena = NULL;
-    tzr_shard_result_free(layout);
+    const tzr_nccl_api *nc;
+    int device;
+    tzr_nccl_comm ncomm;
+    tzr_cuda_stream stream;
+    uint8_t *dev;
+} dev_load;
+
+/* Wait for the NCCL stream, bounded: a collective whose peer is gone
+ * never finishes, and then the communicator is aborted. */
+static int stream_wait(dev_load *d) {
+    double deadline = d->o->timeout_s > 0 ? comm_now() + d->o->timeout_s : 0;
+    struct timespec nap = {0, 50000};
+    for (;;) {
+        int e = d->cu->cudaStreamQuery(d->stream);
+        if (e == 0) return 0;
+        if (e != TZR_CUDA_NOT_READY) return tzr_cuda_fail(d->cu, e, "cudaStreamQuery (NCCL stream)");
+        if (deadline && comm_now() > deadline) {
+            d->nc->ncclCommAbort(d->ncomm);
+            d->ncomm = NULL;
+            return tzr_fail(TZR_ECOMM, "rank %d: timed out after %.0f s waiting for NCCL (a peer is stuck or gone)",
+                            d->c->rank, d->o->timeout_s);
+        }
+        comm_poll(d->c);
+        nanosleep(&nap, NULL);
+    }
 }
 
-/* Rank 0: the whole file in host memory plus its table. */
-static int root_host_load(const char *path, int verify, uint8_t **blob, size_t *blen, comm_layout *L) {
-    tzr_reader *r = NULL;
-    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
-    ro.verify = verify;
-    int rc = tzr_reader_open(&r, path, &ro);
-    if (!rc) rc = comm_table_from_reader(r, 0, blob, blen);
-    if (!rc) rc = comm_layout_build(*blob, *blen, 1, L);
-    tzr_sink *sink = NULL;
-    if (!rc) rc = tzr_sink_host_new(&sink, NULL, NULL);
+static int nccl_setup(dev_load *d) {
+    tzr_comm *c = d->c;
+    tzr_nccl_id id;
+    memset(&id, 0, sizeof id);
+    int e, rc = 0;
+    if (c->rank == 0 && (e = d->nc->ncclGetUniqueId(&id))) rc = nccl_fail(d->nc, e, "ncclGetUniqueId");
+    rc = comm_agree(c, rc, d->o->timeout_s);
+    MPI_Request q;
     if (!rc) {
-        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
-        lo.verify = verify;
-        rc = tzr_load(r, sink, &lo, NULL);
+        e = MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm, &q);
+        rc = e ? comm_mpi_fail(c, e, "MPI_Ibcast") : comm_wait(c, &q, 1, d->o->timeout_s, "NCCL id", 0);
     }
-    for (size_t i = 0; !rc && i < L->res->count; i++) {
-        void *d;
-        uint64_t n;
-        if (!(rc = tzr_sink_host_data(sink, i, &d, &n)) && n) memcpy(L->res->pieces[i].data, d, (size_t)n);
+    if (!rc && (e = d->nc->ncclCommInitRank(&d->ncomm, c->size, id, c->rank)))
+        rc = nccl_fail(d->nc, e, "ncclCommInitRank");
+    if (!rc && (e = d->cu->cudaStreamCreateWithFlags(&d->stream, TZR_CUDA_STREAM_NONBLOCKING)))
+        rc = tzr_cuda_fail(d->cu, e, "cudaStreamCreateWithFlags");
+    return comm_agree(c, rc, d->o->timeout_s);
+}
+
+static void nccl_teardown(dev_load *d) {
+    if (d->stream) d->cu->cudaStreamDestroy(d->stream);
+    if (d->ncomm) d->nc->ncclCommDestroy(d->ncomm);
+    d->stream = d->ncomm = NULL;
+}
+
+/* Broadcast: rank 0 posts chunk i's status (a window of them in flight)
+ * and then its ncclBroadcast; the others wait for the status first. */
+static int dev_bcast(dev_load *d, comm_feed *feed, const comm_layout *L) {
+    tzr_comm *c = d->c;
+    uint64_t C = d->o->chunk_bytes, S = L->stream;
+    long n = (long)((S + C - 1) / C), K = d->o->window, i;
+    int *st = calloc((size_t)K, sizeof *st);
+    MPI_Request *rq = malloc((size_t)K * sizeof *rq);
+    if (!st || !rq) {
+        free(st), free(rq);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
     }
-    tzr_sink_free(sink);
-    tzr_reader_free(r);
+    int rc = 0, failed = 0, e;
+    long posted = 0, waited = 0;
+    for (i = 0; i < n && !rc && !failed; i++) {
+        uint64_t off = (uint64_t)i * C, len = S - off < C ? S - off : C;
+        if (i >= K && (rc = comm_wait(c, &rq[(i - K) % K], 1, d->o->timeout_s, "broadcast status", i - K))) break;
+        waited = i >= K ? i - K + 1 : 0;
+        int *s = &st[i % K];
+        *s = c->rank == 0 ? comm_feed_wait(feed, off + len, comm_poll, c) : 0;
+        if ((e = MPI_Ibcast(s, 1, MPI_INT, 0, c->comm, &rq[i % K]))) {
+            rc = comm_mpi_fail(c, e, "MPI_Ibcast");
+            break;
+        }
+        posted = i + 1;
+        if (c->rank && (rc = comm_wait(c, &rq[i % K], 1, d->o->timeout_s, "broadcast status", i))) break;
+        if (c->rank) waited = i + 1;
+        if (*s) failed = *s;
+        else if ((e = d->nc->ncclBroadcast(d->dev + off, d->dev + off, (size_t)len, TZR_NCCL_INT8, 0, d->ncomm,
+                                           d->stream)))
+            rc = nccl_fail(d->nc, e, "ncclBroadcast");
+    }
+    for (long j = waited; !rc && j < posted; j++)
+        rc = comm_wait(c, &rq[j % K], 1, d->o->timeout_s, "broadcast status", j);
+    if (!rc) rc = stream_wait(d);
+    if (!rc && failed) rc = c->rank == 0 ? failed : comm_peer_failed(c, "broadcast", i - 1);
+    if (c->rank == 0 && rc == failed && failed) comm_feed_wait(feed, 0, NULL, NULL); /* its message again */
+    free(st), free(rq);
     return rc;
 }
 
-int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_options *opt, int device,
-                         tzr_shard_result **layout) {
-    *layout = NULL;
-    if (!c || !path) return tzr_fail(TZR_EINVAL, "device load: no communicator or path");
-    tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
-    if (TZR_OPTS(tzr_comm_load_options, o, opt, sizeof o)) return TZR_EINVAL;
-    opt = &o;
-    double timeout = opt && opt->timeout_s ? opt->timeout_s : 300;
-    int verify = opt ? opt->verify : 1;
-    c->agreed_fail = c->peer_failed = 0;
-    const tzr_nccl_api *nc = NULL;
-    const tzr_cuda_api *cu = NULL;
-    int rc = nccl_load(&nc);
-    if (!rc) rc = tzr_cuda_load(&cu);
-    if (!rc && (rc = cu->cudaSetDevice(device))) rc = tzr_cuda_fail(cu, rc, "cudaSetDevice");
-    int worst = 0, e = MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, c->comm);
+/* Allgather: round j agrees on every rank's j-th chunk, then one grouped
+ * ncclBroadcast per rank's part exchanges them. */
+static int dev_gather(dev_load *d, comm_feed *feed, const comm_layout *L) {
+    tzr_comm *c = d->c;
+    int N = c->size, me = c->rank, rc = 0, local = 0, agreed = 0, e;
+    uint64_t C = d->o->chunk_bytes, me0, melen, max_part = 0;
+    uint64_t *p0 = calloc((size_t)N, sizeof *p0), *pl = calloc((size_t)N, sizeof *pl);
+    if (!p0 || !pl) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    for (int q = 0; q < N && !rc; q++) {
+        comm_part(L, N, q, &p0[q], &pl[q]);
+        if (pl[q] > max_part) max_part = pl[q];
+    }
+    me0 = rc ? 0 : p0[me], melen = rc ? 0 : pl[me];
+    long R = (long)((max_part + C - 1) / C), j;
+    for (j = 0; j < R && !rc; j++) {
+        uint64_t done = (uint64_t)j * C;
+        if (!local && melen > done) {
+            uint64_t len = melen - done < C ? melen - done : C;
+            local = comm_feed_wait(feed, me0 + done + len, comm_poll, c);
+        }
+        MPI_Request q;
+        if ((e = MPI_Iallreduce(&local, &agreed, 1, MPI_INT, MPI_MIN, c->comm, &q))) {
+            rc = comm_mpi_fail(c, e, "MPI_Iallreduce");
+            break;
+        }
+        if ((rc = comm_wait(c, &q, 1, d->o->timeout_s, "allgather round", j)) || agreed) break;
+        if ((e = d->nc->ncclGroupStart())) rc = nccl_fail(d->nc, e, "ncclGroupStart");
+        for (int k = 0; k < N && !rc; k++) {
+            uint64_t len = pl[k] > done ? (pl[k] - done < C ? pl[k] - done : C) : 0;
+            uint8_t *at = d->dev + p0[k] + done;
+            if (len && (e = d->nc->ncclBroadcast(at, at, (size_t)len, TZR_NCCL_INT8, k, d->ncomm, d->stream)))
+                rc = nccl_fail(d->nc, e, "ncclBroadcast");
+        }
+        if ((e = d->nc->ncclGroupEnd()) && !rc) rc = nccl_fail(d->nc, e, "ncclGroupEnd");
+    }
+    if (!rc) rc = stream_wait(d);
+    if (!rc && local) rc = comm_feed_wait(feed, 0, NULL, NULL); /* its code and message */
+    if (!rc && agreed) rc = comm_peer_failed(c, "allgather", j);
+    free(p0), free(pl);
+    return rc;
+}
+
+static int zero_device(const tzr_cuda_api *cu, uint8_t *at, uint64_t len) {
+    static const uint8_t zeros[1 << 16];
+    for (uint64_t done = 0; done < len;) {
+        size_t n = len - done < sizeof zeros ? (size_t)(len - done) : sizeof zeros;
+        int e = cu->cudaMemcpy(at + done, zeros, n, TZR_CUDA_MEMCPY_H2D);
+        if (e) return tzr_cuda_fail(cu, e, "cudaMemcpy (zeroing meta tensors)");
+        done += n;
+    }
+    return 0;
+}
+
+/* The CUDA table sink over the pieces (data already device pointers). */
+static int device_sink(const tzr_shard_result *res, int device, tzr_sink **out) {
+    size_t n = res->count;
+    void **ptrs = malloc((n ? n : 1) * sizeof *ptrs);
+    uint64_t *lens = malloc((n ? n : 1) * sizeof *lens);
+    int rc = ptrs && lens ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++) ptrs[i] = res->pieces[i].data, lens[i] = res->pieces[i].nbytes;
+    if (!rc) rc = tzr_sink_cuda_table_new(out, device, ptrs, lens, n);
+    free(ptrs);
+    free(lens);
+    return rc;
+}
+
+/* Every rank can use CUDA (and NCCL where the mode needs it), or every
+ * rank returns: TZR_ENODEV when some rank has no device or library. */
+static int dev_setup(dev_load *d, int need_nccl) {
+    tzr_comm *c = d->c;
+    int e, rc = need_nccl ? nccl_load(&d->nc) : 0;
+    if (!rc) rc = tzr_cuda_load(&d->cu);
+    if (!rc && (e = d->cu->cudaSetDevice(d->device))) rc = tzr_cuda_fail(d->cu, e, "cudaSetDevice");
+    int worst = 0;
+    e = MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, c->comm);
     if (e != MPI_SUCCESS) return comm_mpi_fail(c, e, "MPI_Allreduce");
     if (rc) return rc;
     if (worst == TZR_ENODEV) return tzr_fail(TZR_ENODEV, "rank %d: another rank has no NCCL or CUDA device", c->rank);
     if (worst) return tzr_fail(TZR_ECOMM, "rank %d: another rank could not set up NCCL/CUDA", c->rank);
+    return 0;
+}
 
-    uint8_t *blob = NULL;
-    size_t blen = 0;
+int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_options *opt, int device,
+                         tzr_device_result **out, tzr_comm_stats *stats) {
+    *out = NULL;
+    if (!c || !path) return tzr_fail(TZR_EINVAL, "device load: no communicator or path");
+    tzr_comm_load_options o;
+    if (comm_take_options(opt, &o)) return TZR_EINVAL;
+    double t0 = comm_now();
+    c->agreed_fail = c->peer_failed = 0;
+    int whole = o.mode == TZR_COMM_BROADCAST || o.mode == TZR_COMM_ALLGATHER;
+    int sharded = o.mode == TZR_COMM_SHARDED || (o.mode == TZR_COMM_INDEPENDENT && comm_ends_with_json(path));
+    if ((unsigned)o.mode >= TZR_COMM_MODES) return tzr_fail(TZR_EINVAL, "unknown mode %d", (int)o.mode);
+    dev_load d = {c, &o, NULL, NULL, device, NULL, NULL, NULL};
+    int rc = dev_setup(&d, whole);
+    if (rc) return rc;
+
+    /* The layout: pieces whose data hold offsets in the device block. */
+    tzr_reader *r = NULL;
+    tzr_shard_set *set = NULL;
     comm_layout L = {0};
-    if (c->rank == 0) rc = root_host_load(path, verify, &blob, &blen, &L);
-    uint64_t len64 = blen;
-    rc = comm_agree(c, rc, timeout);
-    if (!rc && (e = MPI_Bcast(&len64, 1, MPI_UINT64_T, 0, c->comm))) rc = comm_mpi_fail(c, e, "MPI_Bcast");
-    if (!rc && c->rank && !(blob = malloc(len64 ? (size_t)len64 : 1))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
-    rc = comm_agree(c, rc, timeout);
-    if (!rc && (e = MPI_Bcast(blob, (int)len64, MPI_BYTE, 0, c->comm))) rc = comm_mpi_fail(c, e, "MPI_Bcast");
-    if (!rc && c->rank) rc = comm_layout_build(blob, (size_t)len64, 0, &L);
-    free(blob);
-    rc = comm_agree(c, rc, timeout);
+    tzr_shard_result *res = NULL;
     uint64_t total = 0;
-    void *dev = NULL;
-    if (!rc) {
-        total = L.res->bytes;
-        if ((e = cu->cudaMalloc(&dev, total ? (size_t)total : 1))) rc = tzr_cuda_fail(cu, e, "cudaMalloc");
+    if (sharded) {
+        tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
+        so.verify = o.verify;
+        so.crypt = o.crypt;
+        int me = o.mode == TZR_COMM_SHARDED ? c->rank : 0, n = o.mode == TZR_COMM_SHARDED ? c->size : 1;
+        rc = tzr_shard_open(&set, path, &so);
+        if (!rc) rc = shard_rank_layout(set, me, n, o.rules, &res, &total);
+    } else {
+        rc = o.mode == TZR_COMM_BROADCAST ? comm_root_layout(c, path, &o, 0, &r, &L)
+                                          : comm_open_layout(path, &o, 0, &r, &L);
+        if (!rc) res = L.res, total = res->bytes;
     }
-    if (!rc && c->rank == 0 && total &&
-        (e = cu->cudaMemcpy(dev, L.res->arena, (size_t)total, TZR_CUDA_MEMCPY_H2D)))
-        rc = tzr_cuda_fail(cu, e, "cudaMemcpy");
-    tzr_nccl_id id;
-    memset(&id, 0, sizeof id);
-    if (!rc && c->rank == 0 && (e = nc->ncclGetUniqueId(&id))) rc = nccl_fail(nc, e, "ncclGetUniqueId");
-    rc = comm_agree(c, rc, timeout);
-    if (!rc && (e = MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm))) rc = comm_mpi_fail(c, e, "MPI_Bcast");
-    tzr_nccl_comm ncomm = NULL;
-    if (!rc && (e = nc->ncclCommInitRank(&ncomm, c->size, id, c->rank))) rc = nccl_fail(nc, e, "ncclCommInitRank");
-    rc = comm_agree(c, rc, timeout);
-    tzr_cuda_stream stream = NULL;
-    if (!rc && (e = cu->cudaStreamCreateWithFlags(&stream, TZR_CUDA_STREAM_NONBLOCKING)))
-        rc = tzr_cuda_fail(cu, e, "cudaStreamCreateWithFlags");
-    size_t chunk = (size_t)1 << 30;
-    for (uint64_t off = 0; !rc && off < total; off += chunk) {
-        size_t n = total - off < chunk ? (size_t)(total - off) : chunk;
-        if ((e = nc->ncclBroadcast((uint8_t *)dev + off, (uint8_t *)dev + off, n, TZR_NCCL_INT8, 0, ncomm, stream)))
-            rc = nccl_fail(nc, e, "ncclBroadcast");
+    rc = comm_agree(c, rc, o.timeout_s);
+    int e;
+    if (!rc && (e = d.cu->cudaMalloc((void **)&d.dev, total ? (size_t)total : 1)))
+        rc = tzr_cuda_fail(d.cu, e, "cudaMalloc (the rank's tensors)");
+    for (size_t i = 0; !rc && i < res->count; i++)
+        res->pieces[i].data = d.dev + (uintptr_t)res->pieces[i].data;
+    if (!rc && whole) rc = zero_device(d.cu, d.dev + L.stream, total - L.stream); /* meta tensors */
+    rc = comm_agree(c, rc, o.timeout_s);
+
+    tzr_sink *sink = NULL;
+    uint64_t bytes_read = 0;
+    if (!rc && (r || set)) rc = device_sink(res, device, &sink);
+    if (!rc && sharded) {
+        tzr_load_stats st = {0};
+        int me = o.mode == TZR_COMM_SHARDED ? c->rank : 0, n = o.mode == TZR_COMM_SHARDED ? c->size : 1;
+        rc = tzr_shard_load_rank_into(set, me, n, o.rules, sink, NULL, &st);
+        bytes_read = st.bytes_read;
+    } else if (!rc && o.mode == TZR_COMM_INDEPENDENT) {
+        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+        lo.verify = o.verify;
+        tzr_load_stats st = {0};
+        rc = tzr_load(r, sink, &lo, &st);
+        bytes_read = st.bytes_read;
+    } else if (!rc) {
+        rc = nccl_setup(&d);
+        comm_feed *feed = NULL;
+        uint64_t lo = 0, len = L.stream;
+        if (!rc && o.mode == TZR_COMM_ALLGATHER) comm_part(&L, c->size, c->rank, &lo, &len);
+        if (!rc && r) rc = comm_feed_start(&feed, r, &L, sink, lo, lo + len, o.verify);
+        rc = comm_agree(c, rc, o.timeout_s);
+        if (!rc) rc = o.mode == TZR_COMM_BROADCAST ? dev_bcast(&d, feed, &L) : dev_gather(&d, feed, &L);
+        int frc = comm_feed_finish(feed, rc != 0, &bytes_read);
+        if (!rc) rc = frc;
+        nccl_teardown(&d);
     }
-    if (!rc && stream && (e = cu->cudaStreamSynchronize(stream))) rc = tzr_cuda_fail(cu, e, "cudaStreamSynchronize");
-    if (stream) cu->cudaStreamDestroy(stream);
-    if (ncomm) nc->ncclCommDestroy(ncomm);
-    rc = comm_agree(c, rc, timeout);
+    tzr_sink_free(sink);
+    rc = comm_agree(c, rc, o.timeout_s);
+    tzr_reader_free(r);
+    tzr_shard_close(set);
     comm_layout_free(&L);
-    if (L.res) {
-        uint8_t *base = L.res->arena;
-        for (size_t i = 0; i < L.res->count; i++) { /* host arena or offsets -> device pointers */
-            uintptr_t off = base ? (uintptr_t)((uint8_t *)L.res->pieces[i].data - base) : (uintptr_t)L.res->pieces[i].data;
-            L.res->pieces[i].data = dev ? (uint8_t *)dev + off : NULL;
-        }
-        free(L.res->arena);
-        L.res->arena = dev;
-        dev = NULL;
-    }
+
+    tzr_device_result *dr = NULL;
+    device_hold *h = NULL;
+    if (!rc && (!(dr = calloc(1, sizeof *dr)) || !(h = calloc(1, sizeof *h))))
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
     if (rc) {
-        tzr_comm_device_free(L.res);
+        free(dr);
+        if (d.dev) d.cu->cudaFree(d.dev);
+        tzr_shard_result_free(res);
         return rc;
     }
-    *layout = L.res;
+    h->layout = res, h->dev = d.dev;
+    dr->count = res->count, dr->pieces = res->pieces, dr->bytes = res->bytes, dr->bytes_read = bytes_read;
+    dr->device = device, dr->internal_ = h;
+    if (stats) {
+        stats->bytes = res->bytes;
+        stats->bytes_read = bytes_read;
+        stats->seconds = comm_now() - t0;
+    }
+    *out = dr;
     return 0;
 }
 #endif

@@ -1,14 +1,16 @@
-/* The data phases of broadcast and allgather loads: the concatenated
- * tensor data moves straight between file, network and result arena in
- * chunks, with a window of nonblocking collectives in flight so reading
- * the next chunk overlaps sending the previous ones. Each chunk carries a
- * status so all ranks stop at the same chunk when a reader fails. */
+/* The data phases of broadcast and allgather loads into host memory: the
+ * concatenated tensor data moves straight between the pipeline (a
+ * comm_feed), the network and the result arena in chunks, with a window
+ * of nonblocking collectives in flight so reading the next chunk overlaps
+ * sending the previous ones. Each chunk carries a status so all ranks stop
+ * at the same chunk when a reader fails. */
 #ifdef TZR_HAVE_MPI
+#include "comm_feed.h"
 #include "comm_mpi.h"
 
 #include <string.h>
 
-static int peer_failed(tzr_comm *c, const char *what, long idx) {
+int comm_peer_failed(tzr_comm *c, const char *what, long idx) {
     c->peer_failed = 1;
     return tzr_fail(TZR_ECOMM, "rank %d: a peer failed during the %s (chunk %ld)", c->rank, what, idx);
 }
@@ -23,8 +25,7 @@ static int drain(tzr_comm *c, MPI_Request *rq, int per, int slots, long from, lo
     return 0;
 }
 
-int comm_bcast_stream(tzr_comm *c, tzr_reader *r, const comm_layout *L, const tzr_comm_load_options *o,
-                      uint64_t *bytes_read) {
+int comm_bcast_stream(tzr_comm *c, comm_feed *feed, const comm_layout *L, const tzr_comm_load_options *o) {
     uint8_t *arena = L->res->arena;
     uint64_t C = o->chunk_bytes, S = L->stream;
     long n = (long)((S + C - 1) / C), K = o->window, i, waited = 0;
@@ -36,7 +37,6 @@ int comm_bcast_stream(tzr_comm *c, tzr_reader *r, const comm_layout *L, const tz
         free(st), free(rq);
         return rc;
     }
-    size_t nv = 0; /* next span to verify on rank 0 */
     for (i = 0; i < n && !local && !stop; i++) {
         if (i >= K) {
             if ((rc = comm_wait(c, &rq[2 * ((i - K) % K)], 2, o->timeout_s, "broadcast chunk", i - K))) break;
@@ -45,13 +45,8 @@ int comm_bcast_stream(tzr_comm *c, tzr_reader *r, const comm_layout *L, const tz
         }
         uint64_t off = (uint64_t)i * C, len = S - off < C ? S - off : C;
         if (c->rank == 0) {
-            if (!st[i ? i - 1 : 0]) st[i] = comm_read_stream(r, L, arena, off, len, bytes_read);
+            if (!st[i ? i - 1 : 0]) st[i] = comm_feed_wait(feed, off + len, comm_poll, c);
             else st[i] = st[i - 1];
-            while (!st[i] && o->verify && nv < L->nspans &&
-                   L->spans[nv].arena_off + L->spans[nv].len <= off + len) {
-                const tzr_shard_piece *p = &L->res->pieces[L->spans[nv++].tensor];
-                if (p->nbytes) st[i] = comm_verify(r, p);
-            }
         }
         MPI_Request *q = &rq[2 * (i % K)];
         int e = MPI_Ibcast(&st[i], 1, MPI_INT, 0, c->comm, &q[0]);
@@ -67,14 +62,13 @@ int comm_bcast_stream(tzr_comm *c, tzr_reader *r, const comm_layout *L, const tz
     for (long j = 0; !rc && j < posted && failed < 0; j++)
         if (st[j]) failed = j;
     if (!rc && local) rc = local;
-    if (!rc && failed >= 0) rc = c->rank == 0 ? st[failed] : peer_failed(c, "broadcast", failed);
+    if (!rc && failed >= 0) rc = c->rank == 0 ? st[failed] : comm_peer_failed(c, "broadcast", failed);
     free(st);
     free(rq);
     return rc;
 }
 
-int comm_gather_stream(tzr_comm *c, tzr_reader *r, const comm_layout *L, const tzr_comm_load_options *o,
-                       uint64_t *bytes_read) {
+int comm_gather_stream(tzr_comm *c, comm_feed *feed, const comm_layout *L, const tzr_comm_load_options *o) {
     uint8_t *arena = L->res->arena;
     int N = c->size, me = c->rank;
     uint64_t C = o->chunk_bytes, S = L->stream, max_part = (S + (uint64_t)N - 1) / (uint64_t)N;
@@ -96,7 +90,7 @@ int comm_gather_stream(tzr_comm *c, tzr_reader *r, const comm_layout *L, const t
         uint64_t done = (uint64_t)j * C;
         if (!local && pl[me] > done) {
             uint64_t len = pl[me] - done < C ? pl[me] - done : C;
-            local = comm_read_stream(r, L, arena, p0[me] + done, len, bytes_read);
+            local = comm_feed_wait(feed, p0[me] + done + len, comm_poll, c);
         }
         st[j] = local;
         MPI_Request *q = &rq[(N + 1) * (j % W)];
@@ -113,7 +107,7 @@ int comm_gather_stream(tzr_comm *c, tzr_reader *r, const comm_layout *L, const t
     for (long k = 0; !rc && k < posted && failed < 0; k++)
         if (agreed[k]) failed = k;
     if (!rc && local) rc = local;
-    if (!rc && failed >= 0) rc = peer_failed(c, "allgather", failed);
+    if (!rc && failed >= 0) rc = comm_peer_failed(c, "allgather", failed);
     free(p0), free(pl), free(st), free(agreed), free(rq);
     return rc;
 }

@@ -27,7 +27,7 @@ static int put(buf *b, const void *d, size_t n) {
 static int put32(buf *b, uint32_t v) { uint8_t x[4]; tzr_st32(x, v); return put(b, x, 4); }
 static int put64(buf *b, uint64_t v) { uint8_t x[8]; tzr_st64(x, v); return put(b, x, 8); }
 
-int comm_table_from_reader(tzr_reader *r, int raw, uint8_t **blob, size_t *len) {
+int comm_table_from_reader(tzr_reader *r, uint8_t **blob, size_t *len) {
     buf b = {0};
     int rc = put64(&b, tzr_reader_count(r));
     for (size_t i = 0; i < tzr_reader_count(r) && !rc; i++) {
@@ -35,9 +35,6 @@ int comm_table_from_reader(tzr_reader *r, int raw, uint8_t **blob, size_t *len) 
         char nb[TZR_NAMEBUF];
         if (t->dtype == TZR_DTYPE_UNKNOWN)
             rc = tzr_fail(TZR_ENOTSUP, "tensor '%s': dtype not known to libtzr",
-                          tzr_printable(t->name, t->name_len, nb, sizeof nb));
-        else if (raw && !t->meta && (tzr_reader_encrypted(r) || t->data_length != t->nbytes))
-            rc = tzr_fail(TZR_ENOTSUP, "tensor '%s': encrypted or packed data cannot be broadcast or gathered raw; use independent mode",
                           tzr_printable(t->name, t->name_len, nb, sizeof nb));
         if (rc) break;
         rc = put32(&b, (uint32_t)t->name_len) || put(&b, t->name, t->name_len) || put32(&b, (uint32_t)t->dtype) ||

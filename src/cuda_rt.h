@@ -9,6 +9,8 @@ typedef void *tzr_cuda_stream;
 typedef void *tzr_cuda_event;
 
 #define TZR_CUDA_MEMCPY_H2D 1
+#define TZR_CUDA_MEMCPY_D2H 2
+#define TZR_CUDA_NOT_READY 600 /* cudaErrorNotReady */
 #define TZR_CUDA_STREAM_NONBLOCKING 1u
 #define TZR_CUDA_EVENT_DISABLE_TIMING 2u
 #define TZR_CUDA_HOST_ALLOC_PORTABLE 1u
@@ -25,6 +27,7 @@ typedef void *tzr_cuda_event;
     X(int, cudaStreamCreateWithFlags, (tzr_cuda_stream *, unsigned))               \
     X(int, cudaStreamDestroy, (tzr_cuda_stream))                                    \
     X(int, cudaStreamSynchronize, (tzr_cuda_stream))                                \
+    X(int, cudaStreamQuery, (tzr_cuda_stream))                                      \
     X(int, cudaEventCreateWithFlags, (tzr_cuda_event *, unsigned))                 \
     X(int, cudaEventRecord, (tzr_cuda_event, tzr_cuda_stream))                      \
     X(int, cudaEventSynchronize, (tzr_cuda_event))                                  \

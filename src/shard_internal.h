@@ -77,4 +77,9 @@ struct tzr_shard_set {
     char *path;
 };
 
+/* The pieces rank `rank` of `nranks` gets (shapes, nbytes, names copied
+ * so the result outlives the set), no memory yet: each piece's data holds
+ * its offset in a block of *total bytes (pieces 64-byte aligned). */
+TZR_HIDDEN int shard_rank_layout(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_shard_result **out,
+                                 uint64_t *total);
 #endif

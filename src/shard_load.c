@@ -384,7 +384,8 @@ static int check_manifest_sha(const tzr_shard_set *s, const tzr_shard_result *re
     return 0;
 }
 
-int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_shard_result **out) {
+int shard_rank_layout(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_shard_result **out,
+                      uint64_t *total_out) {
     *out = NULL;
     if (!s || nranks < 1 || rank < 0 || rank >= nranks)
         return tzr_fail(TZR_EINVAL, "load: bad set or rank %d of %d", rank, nranks);
@@ -392,21 +393,25 @@ int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const char *rule
     int rc = shard_rules_parse(rules, &rl); /* fail early on a bad rule */
     if (rc) return rc;
     shard_rules_free(&rl);
-    size_t n = s->tb.n, dims = 0;
-    for (size_t i = 0; i < n; i++) dims += s->tb.t[i].pub.ndim;
+    size_t n = s->tb.n, dims = 0, names = 0;
+    for (size_t i = 0; i < n; i++) dims += s->tb.t[i].pub.ndim, names += s->tb.t[i].pub.name_len + 1;
     tzr_shard_result *res = calloc(1, sizeof *res);
-    if (!res || !(res->pieces = calloc(1, (n ? n : 1) * sizeof *res->pieces + (dims + 1) * sizeof(uint64_t)))) {
+    size_t np = n ? n : 1;
+    if (!res || !(res->pieces = calloc(1, np * sizeof *res->pieces + (dims + 1) * sizeof(uint64_t) + names))) {
         tzr_shard_result_free(res);
         return tzr_fail(TZR_ENOMEM, "out of memory");
     }
-    uint64_t *shapes = (uint64_t *)(res->pieces + (n ? n : 1));
+    uint64_t *shapes = (uint64_t *)(res->pieces + np);
+    char *strs = (char *)(shapes + dims + 1); /* the result outlives the set */
     uint64_t total = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         const shard_entry *e = &s->tb.t[i];
         tzr_shard_piece *pc = &res->pieces[i];
         pc->tensor = i;
-        pc->name = e->name;
+        memcpy(strs, e->name, e->pub.name_len);
+        pc->name = strs;
         pc->name_len = e->pub.name_len;
+        strs += e->pub.name_len + 1;
         pc->dtype = e->pub.dtype;
         pc->ndim = e->pub.ndim;
         pc->shape = shapes;
@@ -416,19 +421,31 @@ int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const char *rule
         if (!rc && pc->dim >= 0) pc->shape[pc->dim] = pc->length;
         pc->nbytes = e->pub.itemsize;
         for (uint32_t d = 0; d < pc->ndim; d++) pc->nbytes *= pc->shape[d];
+        pc->data = (void *)(uintptr_t)total; /* offset until there is memory */
         total += (pc->nbytes + 63) & ~(uint64_t)63;
-    }
-    res->count = n;
-    /* One huge-page block: fresh 4 KiB pages cost more than the reads. */
-    if (!rc && !(res->arena = tzr_alloc_big(total ? (size_t)total : 1)))
-        rc = tzr_fail(TZR_ENOMEM, "cannot allocate %llu bytes for rank %d", (unsigned long long)total, rank);
-    uint64_t at = 0;
-    for (size_t i = 0; i < n && !rc; i++) {
-        tzr_shard_piece *pc = &res->pieces[i];
-        pc->data = (uint8_t *)res->arena + at;
-        at += (pc->nbytes + 63) & ~(uint64_t)63;
         res->bytes += pc->nbytes;
     }
+    res->count = n;
+    if (rc) {
+        tzr_shard_result_free(res);
+        return rc;
+    }
+    *out = res;
+    *total_out = total;
+    return 0;
+}
+
+int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_shard_result **out) {
+    *out = NULL;
+    tzr_shard_result *res = NULL;
+    uint64_t total = 0;
+    int rc = shard_rank_layout(s, rank, nranks, rules, &res, &total);
+    if (rc) return rc;
+    /* One huge-page block: fresh 4 KiB pages cost more than the reads. */
+    if (!(res->arena = tzr_alloc_big(total ? (size_t)total : 1)))
+        rc = tzr_fail(TZR_ENOMEM, "cannot allocate %llu bytes for rank %d", (unsigned long long)total, rank);
+    for (size_t i = 0; i < res->count && !rc; i++)
+        res->pieces[i].data = (uint8_t *)res->arena + (uintptr_t)res->pieces[i].data;
     tzr_sink *sink = NULL;
     if (!rc) rc = tzr_sink_host_new(&sink, result_dest, res);
     tzr_load_stats st;

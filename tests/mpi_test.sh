@@ -3,7 +3,9 @@
 # every rank the bytes the generator says (np 2, 3, 4), failures on one
 # rank make every rank return an error in bounded time, and a killed rank
 # makes mpirun exit non-zero in bounded time. SKIP (exit 77) without
-# mpirun or an MPI-enabled build.
+# mpirun or an MPI-enabled build. The device modes run on the fake CUDA
+# runtime and the fake NCCL (tests/fake_cuda), with the real sink and
+# comm code.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 BUILD=${BUILD:-build}
@@ -31,6 +33,19 @@ for np in 2 3 4; do
     fi
     [ $rc = 0 ] || { status=1; cat "$tmp/err" >&2; }
 done
+fake_rt=$(realpath "$BUILD/tests/libfakecudart.so" 2>/dev/null)
+fake_nccl=$(realpath "$BUILD/tests/libfakenccl.so" 2>/dev/null)
+if ! make -s BUILD="$BUILD" "$BUILD/tests/libfakenccl.so" >&2 || [ ! -f "$fake_nccl" ]; then
+    echo "FAIL mpi_device_build: cannot build the fake NCCL"; status=1
+else
+    for np in 2 3; do
+        out=$(TZR_CUDART=$fake_rt TZR_NCCL=$fake_nccl timeout 180 "${MPIRUN[@]}" -x TZR_CUDART -x TZR_NCCL \
+              -np $np "$prog" device "$tmp" 2>"$tmp/err"); rc=$?
+        echo "$out"
+        if [ $rc != 0 ] && ! grep -q '^FAIL' <<<"$out"; then echo "FAIL mpi_device_np$np: exit status $rc"; fi
+        [ $rc = 0 ] || { status=1; tail -20 "$tmp/err" >&2; }
+    done
+fi
 for np in 2 3; do
     start=$(date +%s)
     out=$(timeout 120 "${MPIRUN[@]}" -np $np "$prog" fail "$tmp" 2>"$tmp/err"); rc=$?

@@ -17,6 +17,7 @@
 #define ERR_INVALID_VALUE 1
 #define ERR_MEMORY 2
 #define ERR_NO_DEVICE 100
+#define ERR_NOT_READY 600
 
 typedef struct alloc {
     uint8_t *p;
@@ -26,7 +27,9 @@ typedef struct alloc {
 } alloc;
 
 typedef struct op {
-    int kind; /* 0 copy, 1 event */
+    int kind; /* 0 copy, 1 event, 2 host function */
+    void (*fn)(void *);
+    void *arg;
     void *dst;
     const void *src;
     size_t n;
@@ -159,6 +162,8 @@ static void *stream_main(void *arg) {
             struct timespec d = {0, (long)(rand_r(&s->seed) % 400) * 1000}; /* 0-0.4 ms */
             nanosleep(&d, NULL);
             memcpy(o->dst, o->src, o->n);
+        } else if (o->kind == 2) {
+            o->fn(o->arg);
         } else {
             pthread_mutex_lock(&o->ev->lock);
             if (o->seq > o->ev->completed) o->ev->completed = o->seq;
@@ -207,6 +212,46 @@ int cudaStreamSynchronize(void *sp) {
     while (s->head || s->busy) pthread_cond_wait(&s->cond, &s->lock);
     pthread_mutex_unlock(&s->lock);
     return 0;
+}
+
+int cudaStreamQuery(void *sp) {
+    fake_stream *s = sp;
+    pthread_mutex_lock(&s->lock);
+    int busy = s->head || s->busy;
+    pthread_mutex_unlock(&s->lock);
+    return busy ? ERR_NOT_READY : 0;
+}
+
+/* Runs fn(arg) on the stream's thread once the work queued before it is
+ * done, as the real call does (the fake NCCL queues its collectives so). */
+int cudaLaunchHostFunc(void *stream, void (*fn)(void *), void *arg) {
+    op *o = calloc(1, sizeof *o);
+    if (!o || !stream || !fn) {
+        free(o);
+        return ERR_INVALID_VALUE;
+    }
+    o->kind = 2;
+    o->fn = fn;
+    o->arg = arg;
+    enqueue(stream, o);
+    return 0;
+}
+
+/* For the tests and the fake NCCL (not CUDA API): whether [p, p+n) lies in
+ * one live device allocation, and how many allocations (device, pinned)
+ * are live, so a test can tell that a load freed everything. */
+int fake_cuda_is_device(const void *p, size_t n) {
+    pthread_mutex_lock(&alloc_lock);
+    int ok = find(p, n, 0) != NULL;
+    pthread_mutex_unlock(&alloc_lock);
+    return ok;
+}
+int fake_cuda_live(int pinned) {
+    int k = 0;
+    pthread_mutex_lock(&alloc_lock);
+    for (alloc *a = allocs; a; a = a->next) k += a->pinned == pinned;
+    pthread_mutex_unlock(&alloc_lock);
+    return k;
 }
 
 int cudaStreamDestroy(void *sp) {
@@ -289,6 +334,7 @@ const char *cudaGetErrorString(int err) {
     case ERR_INVALID_VALUE: return "invalid argument";
     case ERR_MEMORY: return "out of memory";
     case ERR_NO_DEVICE: return "no CUDA-capable device is detected";
+    case ERR_NOT_READY: return "device not ready";
     default: return "unknown error";
     }
 }

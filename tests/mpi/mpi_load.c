@@ -3,11 +3,18 @@
  * the digest the generator (shard_model.h) gives for that rank's slices;
  * failure cases check every rank returns an error, the failing one its
  * own and the others TZR_ECOMM naming it. Rank 0 prints PASS/FAIL lines.
- *   mpi_load setup DIR      (no mpirun) write DIR/src.tensors, its 8-shard
- *                           split DIR/s8 and corrupted copies
- *   mpi_load check DIR      every mode, byte-identical results
+ *   mpi_load setup DIR      (no mpirun) write DIR/src.tensors, encrypted
+ *                           and compressed copies, 8-shard splits
+ *                           (plain DIR/s8, encrypted DIR/e8) and
+ *                           corrupted copies
+ *   mpi_load check DIR      every host mode x input, byte-identical results
+ *   mpi_load device DIR     the same into device memory (run with the fake
+ *                           CUDA runtime and fake NCCL: TZR_CUDART,
+ *                           TZR_NCCL), failures, and no device or pinned
+ *                           allocation or NCCL communicator left behind
  *   mpi_load fail DIR       failure cases
  *   mpi_load kill DIR       rank 1 dies before the load (mpirun must abort) */
+#include <dlfcn.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -46,9 +53,12 @@ static uint64_t result_digest(const tzr_shard_result *res) {
     return h;
 }
 
+static const uint8_t KEY[32] = "libtzr-mpi-test-key-0123456789a";
+
 static int run_mode(tzr_comm *c, const char *name, const char *path, tzr_comm_mode mode, size_t chunk, int sharded) {
     tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
     o.mode = mode;
+    if (strstr(name, "enc")) o.crypt.key = KEY;
     o.chunk_bytes = chunk;
     o.timeout_s = 60;
     tzr_shard_result *res = NULL;
@@ -78,10 +88,12 @@ static int run_mode(tzr_comm *c, const char *name, const char *path, tzr_comm_mo
     return bad;
 }
 
+static void paths(const char *dir, const char *input, char *file, size_t fcap, char *man, size_t mcap) {
+    snprintf(file, fcap, "%s/%s.tensors", dir, input);
+    snprintf(man, mcap, "%s/%s8/model%s", dir, strcmp(input, "enc") == 0 ? "e" : "s", TZR_SHARD_MANIFEST_SUFFIX);
+}
+
 static int check(const char *dir) {
-    char src[600], man[700];
-    snprintf(src, sizeof src, "%s/src.tensors", dir);
-    snprintf(man, sizeof man, "%s/s8/model%s", dir, TZR_SHARD_MANIFEST_SUFFIX);
     MPI_Comm world = MPI_COMM_WORLD;
     tzr_comm *c = NULL;
     if (tzr_comm_open(&c, &world)) {
@@ -90,27 +102,177 @@ static int check(const char *dir) {
         return tzr_last_error_code() == TZR_ENOTSUP ? 77 : 1;
     }
     int bad = 0;
-    bad |= run_mode(c, "independent", src, TZR_COMM_INDEPENDENT, 0, 0);
-    bad |= run_mode(c, "independent_manifest", man, TZR_COMM_INDEPENDENT, 0, 0);
-    bad |= run_mode(c, "broadcast", src, TZR_COMM_BROADCAST, 65536, 0);
-    bad |= run_mode(c, "broadcast_1chunk", src, TZR_COMM_BROADCAST, 64 << 20, 0);
-    bad |= run_mode(c, "allgather", src, TZR_COMM_ALLGATHER, 65536, 0);
-    bad |= run_mode(c, "allgather_odd_chunk", src, TZR_COMM_ALLGATHER, 100003, 0);
-    bad |= run_mode(c, "sharded", man, TZR_COMM_SHARDED, 0, 1);
-    bad |= run_mode(c, "sharded_plain_file", src, TZR_COMM_SHARDED, 0, 0);
-    /* NCCL/GPU: TZR_ENODEV on every rank where there is none */
-    tzr_shard_result *dl = NULL;
-    int rc = tzr_comm_load_device(c, src, NULL, 0, &dl), rcs[64] = {0};
+    static const char *inputs[] = {"src", "enc", "zst"};
+    for (int k = 0; k < 3; k++) {
+        char src[600], man[700], n[64];
+        paths(dir, inputs[k], src, sizeof src, man, sizeof man);
+#define RUN(label, path, mode, chunk, sh) \
+    (snprintf(n, sizeof n, "%s_%s", label, inputs[k]), run_mode(c, n, path, mode, chunk, sh))
+        bad |= RUN("independent", src, TZR_COMM_INDEPENDENT, 0, 0);
+        bad |= RUN("broadcast", src, TZR_COMM_BROADCAST, 65536, 0);
+        bad |= RUN("broadcast_1chunk", src, TZR_COMM_BROADCAST, 64 << 20, 0);
+        bad |= RUN("allgather", src, TZR_COMM_ALLGATHER, 65536, 0);
+        bad |= RUN("allgather_odd_chunk", src, TZR_COMM_ALLGATHER, 100003, 0);
+        bad |= RUN("sharded_plain_file", src, TZR_COMM_SHARDED, 0, 0);
+        if (k < 2) { /* shard sets: plain and encrypted */
+            bad |= RUN("independent_manifest", man, TZR_COMM_INDEPENDENT, 0, 0);
+            bad |= RUN("sharded", man, TZR_COMM_SHARDED, 0, 1);
+        }
+#undef RUN
+    }
+    /* Without a GPU stack: TZR_ENODEV on every rank. */
+    char src[600];
+    snprintf(src, sizeof src, "%s/src.tensors", dir);
+    tzr_device_result *dl = NULL;
+    int rc = tzr_comm_load_device(c, src, NULL, 0, &dl, NULL), rcs[64] = {0};
     MPI_Gather(&rc, 1, MPI_INT, rcs, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rank == 0) {
         int nodev = 1, ok = 1;
         for (int q = 0; q < size; q++) nodev &= rcs[q] == TZR_ENODEV, ok &= rcs[q] == 0;
         if (nodev) printf("PASS device_enodev_np%d\n", size);
-        else if (ok) printf("PASS device_nccl_np%d\n", size);
+        else if (ok) printf("PASS device_present_np%d\n", size);
         else printf("FAIL device_np%d: ranks disagree or failed (rank 0: %s)\n", size, tzr_strerror(rcs[0])), bad = 1;
     }
-    if (rc == 0) tzr_comm_device_free(dl);
+    tzr_device_result_free(dl);
     if (rc && rank == 0) fprintf(stderr, "device: %s\n", tzr_last_error());
+    tzr_comm_free(c);
+    return bad;
+}
+
+/* ------------------------------------------------------------ device */
+/* The fake runtime's calls the test needs: copy back, count allocations. */
+static int (*dev_memcpy)(void *, const void *, size_t, int);
+static int (*dev_live)(int pinned);
+static int (*nccl_live)(void);
+
+static int device_digest(const tzr_device_result *res, uint64_t *h) {
+    *h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; res && i < res->count; i++) {
+        uint64_t n = res->pieces[i].nbytes;
+        uint8_t *b = malloc(n ? (size_t)n : 1);
+        if (!b || (n && dev_memcpy(b, res->pieces[i].data, (size_t)n, 2))) {
+            free(b);
+            return 1;
+        }
+        *h = fnv(*h, b, n);
+        free(b);
+    }
+    return 0;
+}
+
+static int run_device(tzr_comm *c, const char *name, const char *path, tzr_comm_mode mode, size_t chunk, int sharded) {
+    tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
+    o.mode = mode;
+    o.chunk_bytes = chunk;
+    o.window = 3;
+    o.timeout_s = 60;
+    if (strstr(name, "enc")) o.crypt.key = KEY;
+    tzr_device_result *res = NULL;
+    int rc = tzr_comm_load_device(c, path, &o, 0, &res, NULL), copy_bad = 0;
+    if (rc) fprintf(stderr, "rank %d %s: %s\n", rank, name, tzr_last_error());
+    uint64_t mine[3] = {0, (uint64_t)(res ? res->count : 0), 0}, *all = NULL;
+    copy_bad = device_digest(res, &mine[0]);
+    tzr_device_result_free(res);
+    mine[2] = (uint64_t)dev_live(0) + (uint64_t)dev_live(1) + (uint64_t)(nccl_live ? nccl_live() : 0);
+    if (rank == 0) all = malloc(sizeof mine * (size_t)size);
+    MPI_Gather(mine, 3, MPI_UINT64_T, all, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    int rcs[64] = {0}, cbs[64] = {0};
+    MPI_Gather(&rc, 1, MPI_INT, rcs, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Gather(&copy_bad, 1, MPI_INT, cbs, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    int bad = 0;
+    if (rank == 0) {
+        char why[256] = "";
+        for (int q = 0; q < size && !bad; q++) {
+            if (rcs[q]) bad = snprintf(why, sizeof why, "rank %d returned %s", q, tzr_strerror(rcs[q]));
+            else if (cbs[q]) bad = snprintf(why, sizeof why, "rank %d: copying the device bytes back failed", q);
+            else if (all[3 * q + 1] != SM_COUNT) bad = snprintf(why, sizeof why, "rank %d got %llu tensors", q, (unsigned long long)all[3 * q + 1]);
+            else if (all[3 * q] != expected_digest(q, sharded))
+                bad = snprintf(why, sizeof why, "rank %d device bytes differ from the generator", q);
+            else if (all[3 * q + 2])
+                bad = snprintf(why, sizeof why, "rank %d left %llu device/pinned allocations or NCCL communicators", q,
+                               (unsigned long long)all[3 * q + 2]);
+        }
+        if (bad) printf("FAIL device_%s_np%d: %s\n", name, size, why);
+        else printf("PASS device_%s_np%d\n", name, size);
+        fflush(stdout);
+        free(all);
+    }
+    return bad;
+}
+
+/* A device failure case: the failing rank returns want, the others
+ * TZR_ECOMM naming it; nothing is left allocated anywhere. */
+static int fail_device(tzr_comm *c, const char *name, const char *path, tzr_comm_mode mode, int fail_rank, int want) {
+    tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
+    o.mode = mode;
+    o.chunk_bytes = 65536;
+    o.timeout_s = 30;
+    tzr_device_result *res = NULL;
+    double t0 = MPI_Wtime();
+    int rc = tzr_comm_load_device(c, path, &o, 0, &res, NULL);
+    double dt = MPI_Wtime() - t0;
+    char tag[32];
+    snprintf(tag, sizeof tag, "rank %d failed", fail_rank);
+    int ok = fail_rank < 0 || rank == fail_rank ? rc == want : rc == TZR_ECOMM && strstr(tzr_last_error(), tag) != NULL;
+    fprintf(stderr, "rank %d device %s: rc %d in %.2fs: %s\n", rank, name, rc, dt, tzr_last_error());
+    tzr_device_result_free(res);
+    ok &= res == NULL && dev_live(0) == 0 && dev_live(1) == 0 && (!nccl_live || nccl_live() == 0);
+    int all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == 0) {
+        if (all_ok) printf("PASS device_fail_%s_np%d\n", name, size);
+        else printf("FAIL device_fail_%s_np%d: wrong code or message, or allocations left (see stderr)\n", name, size);
+        fflush(stdout);
+    }
+    return !all_ok;
+}
+
+static int device(const char *dir) {
+    const char *rt = getenv("TZR_CUDART"), *nc = getenv("TZR_NCCL");
+    void *h = rt ? dlopen(rt, RTLD_NOW) : NULL, *hn = nc ? dlopen(nc, RTLD_NOW) : NULL;
+    if (h) *(void **)&dev_memcpy = dlsym(h, "cudaMemcpy"), *(void **)&dev_live = dlsym(h, "fake_cuda_live");
+    if (hn) *(void **)&nccl_live = dlsym(hn, "fake_nccl_live");
+    if (!dev_memcpy || !dev_live || !nccl_live) {
+        if (rank == 0) printf("FAIL device_setup: TZR_CUDART and TZR_NCCL must name the fake runtime and NCCL\n");
+        return 1;
+    }
+    tzr_comm *c = NULL;
+    if (tzr_comm_open(&c, NULL)) {
+        fprintf(stderr, "rank %d: %s\n", rank, tzr_last_error());
+        return 1;
+    }
+    int bad = 0;
+    static const char *inputs[] = {"src", "enc", "zst"};
+    for (int k = 0; k < 3; k++) {
+        char src[600], man[700], n[64];
+        paths(dir, inputs[k], src, sizeof src, man, sizeof man);
+#define RUN(label, path, mode, chunk, sh) \
+    (snprintf(n, sizeof n, "%s_%s", label, inputs[k]), run_device(c, n, path, mode, chunk, sh))
+        bad |= RUN("independent", src, TZR_COMM_INDEPENDENT, 0, 0);
+        bad |= RUN("broadcast", src, TZR_COMM_BROADCAST, 65536, 0);
+        bad |= RUN("broadcast_odd_chunk", src, TZR_COMM_BROADCAST, 100003, 0);
+        bad |= RUN("allgather", src, TZR_COMM_ALLGATHER, 65536, 0);
+        bad |= RUN("allgather_1chunk", src, TZR_COMM_ALLGATHER, 64 << 20, 0);
+        bad |= RUN("sharded_plain_file", src, TZR_COMM_SHARDED, 0, 0);
+        if (k < 2) {
+            bad |= RUN("independent_manifest", man, TZR_COMM_INDEPENDENT, 0, 0);
+            bad |= RUN("sharded", man, TZR_COMM_SHARDED, 0, 1);
+        }
+#undef RUN
+    }
+    char bad_path[600], missing[600];
+    snprintf(bad_path, sizeof bad_path, "%s/bad.tensors", dir);
+    snprintf(missing, sizeof missing, "%s/nope.tensors", dir);
+    char src[600];
+    snprintf(src, sizeof src, "%s/src.tensors", dir);
+    bad |= fail_device(c, "broadcast_hash", bad_path, TZR_COMM_BROADCAST, 0, TZR_EHASH);
+    /* big.weight (the corrupted tensor) spans every rank's part at np 2 and
+     * 3; each rank verifies the tensors its part touches whole, and the
+     * agreement names the lowest failing rank */
+    bad |= fail_device(c, "allgather_hash", bad_path, TZR_COMM_ALLGATHER, 0, TZR_EHASH);
+    bad |= fail_device(c, "broadcast_missing_root", rank == 0 ? missing : src, TZR_COMM_BROADCAST, 0, TZR_ENOTFOUND);
+    bad |= fail_device(c, "independent_missing", rank == size - 1 ? missing : src, TZR_COMM_INDEPENDENT, size - 1,
+                       TZR_ENOTFOUND);
     tzr_comm_free(c);
     return bad;
 }
@@ -159,9 +321,11 @@ static int fail(const char *dir) {
     /* a rank-specific missing file */
     badc |= fail_case(c, "independent_missing", rank == last ? missing : src, TZR_COMM_INDEPENDENT, last, TZR_ENOTFOUND);
     badc |= fail_case(c, "sharded_missing_manifest", rank == 1 ? missing : man, TZR_COMM_SHARDED, 1, TZR_ENOTFOUND);
-    /* hash mismatches: rank 0 reads it (broadcast); its owner verifies (allgather) */
+    /* hash mismatches: rank 0 reads it (broadcast); every rank whose part
+     * big.weight touches verifies it whole (allgather: all of them here),
+     * and the agreement names the lowest failing rank */
     badc |= fail_case(c, "broadcast_hash", bad, TZR_COMM_BROADCAST, 0, TZR_EHASH);
-    badc |= fail_case(c, "allgather_hash", bad, TZR_COMM_ALLGATHER, 6 % size, TZR_EHASH);
+    badc |= fail_case(c, "allgather_hash", bad, TZR_COMM_ALLGATHER, 0, TZR_EHASH);
     /* shard 0 corrupted: only the rank reading shard 0's big.weight fails */
     badc |= fail_case(c, "sharded_hash", badman, TZR_COMM_SHARDED, 0, TZR_EHASH);
     badc |= fail_case(c, "broadcast_missing_root", rank == 0 ? missing : src, TZR_COMM_BROADCAST, 0, TZR_ENOTFOUND);
@@ -194,6 +358,22 @@ static int setup(const char *dir) {
     int rc = sm_write(src);
     if (!rc) rc = tzr_reader_open(&r, src, NULL);
     if (!rc) rc = tzr_shard_split(r, pre, 8, SM_RULES, NULL);
+    /* encrypted and compressed copies, and an encrypted shard set */
+    char path[700];
+    tzr_writer_options enc = TZR_WRITER_OPTIONS_INIT, zst = TZR_WRITER_OPTIONS_INIT;
+    enc.crypt.key = KEY;
+    zst.compression = TZR_COMPRESSION_ZSTD;
+    zst.frame_size = 65536; /* several frames per large tensor */
+    snprintf(path, sizeof path, "%s/enc.tensors", dir);
+    if (!rc) rc = sm_write_with(path, &enc);
+    snprintf(path, sizeof path, "%s/zst.tensors", dir);
+    if (!rc) rc = sm_write_with(path, &zst);
+    tzr_shard_split_options so = TZR_SHARD_SPLIT_OPTIONS_INIT;
+    so.file = &enc;
+    snprintf(path, sizeof path, "%s/e8", dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/e8/model", dir);
+    if (!rc) rc = tzr_shard_split(r, path, 8, SM_RULES, &so);
     tzr_reader_free(r);
     if (rc) {
         fprintf(stderr, "setup: %s\n", tzr_last_error());
@@ -214,12 +394,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (strcmp(argv[1], "setup") == 0) return setup(argv[2]);
-    MPI_Init(&argc, &argv);
+    /* The fake NCCL runs its collectives on the fake streams' threads. */
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int rc = 2;
     if (strcmp(argv[1], "check") == 0) rc = check(argv[2]);
     else if (strcmp(argv[1], "fail") == 0) rc = fail(argv[2]);
+    else if (strcmp(argv[1], "device") == 0) rc = provided < MPI_THREAD_MULTIPLE ? 1 : device(argv[2]);
     else if (strcmp(argv[1], "kill") == 0) {
         tzr_comm *c = NULL;
         if (tzr_comm_open(&c, NULL)) return 1;
