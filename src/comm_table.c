@@ -4,6 +4,7 @@
  *   u32 name_len, name, u32 dtype, u32 ndim, u64 shape[ndim],
  *   u64 data_offset, u64 nbytes, u8 meta */
 #include "comm_internal.h"
+#include "mem.h"
 
 #include <string.h>
 
@@ -132,7 +133,8 @@ int comm_layout_build(const uint8_t *blob, size_t len, int alloc_arena, comm_lay
     }
     out->stream = at;
     uint64_t total = at + meta_bytes;
-    if (alloc_arena && !(res->arena = malloc(total ? (size_t)total : 1))) {
+    /* Huge pages: fresh 4 KiB pages fault slower than the reads fill them. */
+    if (alloc_arena && !(res->arena = tzr_alloc_big(total ? (size_t)total : 1))) {
         tzr_shard_result_free(res);
         free(out->spans);
         return tzr_fail(TZR_ENOMEM, "cannot allocate %llu bytes", (unsigned long long)total);

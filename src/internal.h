@@ -71,6 +71,10 @@ TZR_HIDDEN int tzr_opts_take(void *copy, size_t ours, size_t first, const void *
     tzr_opts_take(&(copy), sizeof(type) + 0 * sizeof((copy) = *(opt)) + 0 * sizeof((type *)0 == &(copy)), \
                   (first), (opt), #type)
 
+/* The SHA-256 value written in the header of the last tensor added (it
+ * covers the hashable header and the data: what a verifying reader checks). */
+TZR_HIDDEN void tzr_writer_last_sha256(const tzr_writer *w, uint8_t out[32]);
+
 /* Overflow-checked arithmetic: return 0 on overflow. */
 static inline int tzr_add_ok(uint64_t a, uint64_t b, uint64_t *out) {
     return !__builtin_add_overflow(a, b, out);

@@ -14,6 +14,8 @@ typedef struct shard_slice {
     int shard;
     uint64_t offset, length; /* along the tensor's split dim; 0,0 if replicated */
     size_t local;            /* index in that shard's reader (set at open) */
+    int has_header_sha;      /* header_sha: the SHA-256 in that shard tensor's */
+    uint8_t header_sha[32];  /* header, so a verified load proves its identity */
 } shard_slice;
 
 typedef struct shard_entry {

@@ -15,9 +15,14 @@
  * them whole); whole global tensors loaded into host memory are also
  * checked against the manifest sha256. */
 #include "hash.h"
+#include "reader_internal.h"
 #include "mem.h"
 #include "shard_internal.h"
 #include "tzr_load.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
 
 #include <stddef.h>
 #include <string.h>
@@ -274,6 +279,44 @@ static int build_job(tzr_shard_set *s, int k, int rank, const target *tg, const 
     return 0;
 }
 
+/* Whether slice sl of entry e gave bytes to a rank's piece (split dim,
+ * offset and length along it, as tzr_shard_target gives them). */
+static int slice_used(const shard_entry *e, const shard_slice *sl, int dim, uint64_t offset, uint64_t length) {
+    if (e->pub.dim == TZR_SHARD_REPLICATED) return 1;
+    if (!sl->length) return 0;
+    if (dim != e->pub.dim) return 1; /* whole along the split dim */
+    return sl->offset < offset + length && offset < sl->offset + sl->length;
+}
+
+/* The shard tensors global tensor i of rank `rank`'s piece came from,
+ * against the header SHA-256 the manifest records for each (the headers
+ * were checked against their bytes by the verifying load). A recorded one
+ * that differs is an error: the shard is not the file the manifest lists.
+ * *proven: every one is recorded and equal. */
+static int check_headers(const tzr_shard_set *s, size_t i, int rank, int dim, uint64_t offset, uint64_t length,
+                         int *proven) {
+    const shard_entry *e = &s->tb.t[i];
+    size_t q0 = 0, q1 = e->nslices;
+    if (e->pub.dim == TZR_SHARD_REPLICATED && e->nslices) q0 = (size_t)rank % e->nslices, q1 = q0 + 1;
+    *proven = e->nslices > 0;
+    for (size_t q = q0; q < q1; q++) {
+        const shard_slice *sl = &e->slices[q];
+        if (!slice_used(e, sl, dim, offset, length)) continue;
+        const tzr_tensor_header *h = NULL;
+        if (!sl->has_header_sha || tzr_reader_header(s->readers[sl->shard], sl->local, &h) || !h->has_sha256) {
+            *proven = 0;
+            continue;
+        }
+        if (memcmp(h->sha256, sl->header_sha, 32)) {
+            char nb[TZR_NAMEBUF];
+            return tzr_fail(TZR_EHASH, "%s: shard %d: tensor '%s': its header sha256 differs from the manifest's "
+                            "(the shard file was replaced or rewritten after the manifest was made)", s->path,
+                            sl->shard, tzr_printable(e->name, e->pub.name_len, nb, sizeof nb));
+        }
+    }
+    return 0;
+}
+
 int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_sink *dest,
                              const tzr_load_options *opt, tzr_load_stats *stats) {
     if (!s || !dest || nranks < 1 || rank < 0 || rank >= nranks)
@@ -341,6 +384,10 @@ int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char 
         }
         free(j.map);
     }
+    for (size_t i = 0; !rc && s->verify && i < n; i++) {
+        int proven;
+        if (want[i] && tg[i].info.nbytes) rc = check_headers(s, i, rank, tg[i].dim, tg[i].offset, tg[i].length, &proven);
+    }
     for (size_t i = 0; !rc && i < n; i++)
         if (want[i] && dest->end_tensor) rc = dest->end_tensor(dest, i, &tg[i].info);
     if (stats) {
@@ -367,21 +414,63 @@ static void *result_dest(void *ctx, size_t index, const tzr_tensor_info *t) {
     return ((tzr_shard_result *)ctx)->pieces[index].data;
 }
 
-/* Whole global tensors against the manifest sha256. */
-static int check_manifest_sha(const tzr_shard_set *s, const tzr_shard_result *res) {
+/* Whole global tensors against the manifest sha256. Where the manifest
+ * records the header SHA-256 of every shard tensor a piece came from, and
+ * the shards' headers (checked against their bytes by the verifying load)
+ * carry exactly those, the piece is proven without a second pass; the
+ * others are hashed, on a few threads. */
+typedef struct sha_job {
+    const tzr_shard_set *s;
+    const tzr_shard_result *res;
+    const unsigned char *todo;
+    atomic_size_t next;
+    atomic_size_t bad; /* first mismatching tensor + 1 */
+} sha_job;
+
+static void *sha_worker(void *arg) {
+    sha_job *j = arg;
+    for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->res->count && !atomic_load(&j->bad);) {
+        if (!j->todo[i]) continue;
+        uint8_t sha[32];
+        tzr_sha256(j->res->pieces[i].data, (size_t)j->res->pieces[i].nbytes, sha);
+        if (memcmp(sha, j->s->tb.t[i].pub.sha256, 32)) atomic_store(&j->bad, i + 1);
+    }
+    return NULL;
+}
+
+static int check_manifest_sha(const tzr_shard_set *s, int rank, const tzr_shard_result *res) {
+    unsigned char *todo = calloc(res->count ? res->count : 1, 1);
+    if (!todo) return tzr_fail(TZR_ENOMEM, "out of memory");
+    uint64_t bytes = 0;
     for (size_t i = 0; i < res->count; i++) {
         const shard_entry *e = &s->tb.t[i];
         const tzr_shard_piece *pc = &res->pieces[i];
-        if (!e->pub.has_sha256 || pc->nbytes != e->pub.nbytes) continue;
-        uint8_t sha[32];
-        tzr_sha256(pc->data, (size_t)pc->nbytes, sha);
-        if (memcmp(sha, e->pub.sha256, 32)) {
-            char nb[TZR_NAMEBUF];
-            return tzr_fail(TZR_EHASH, "%s: tensor '%s': sha256 of the assembled tensor does not match the manifest",
-                            s->path, tzr_printable(e->name, e->pub.name_len, nb, sizeof nb));
+        int proven = 0;
+        if (!e->pub.has_sha256 || pc->nbytes != e->pub.nbytes || !pc->nbytes) continue;
+        int rc = check_headers(s, i, rank, pc->dim, pc->offset, pc->length, &proven);
+        if (rc) {
+            free(todo);
+            return rc;
         }
+        if (proven) continue;
+        todo[i] = 1;
+        bytes += pc->nbytes;
     }
-    return 0;
+    sha_job j = {s, res, todo, 0, 0};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int nth = bytes < ((uint64_t)64 << 20) ? 0 : cpus > 8 ? 8 : cpus > 1 ? (int)cpus : 0, started = 0;
+    pthread_t th[8];
+    for (; started < nth; started++)
+        if (pthread_create(&th[started], NULL, sha_worker, &j) != 0) break;
+    if (!started) sha_worker(&j);
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    free(todo);
+    size_t bad = atomic_load(&j.bad);
+    if (!bad) return 0;
+    const shard_entry *e = &s->tb.t[bad - 1];
+    char nb[TZR_NAMEBUF];
+    return tzr_fail(TZR_EHASH, "%s: tensor '%s': sha256 of the assembled tensor does not match the manifest", s->path,
+                    tzr_printable(e->name, e->pub.name_len, nb, sizeof nb));
 }
 
 int shard_rank_layout(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_shard_result **out,
@@ -452,7 +541,7 @@ int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const char *rule
     if (!rc) rc = tzr_shard_load_rank_into(s, rank, nranks, rules, sink, NULL, &st);
     tzr_sink_free(sink);
     if (!rc) res->bytes_read = st.bytes_read;
-    if (!rc && s->verify) rc = check_manifest_sha(s, res);
+    if (!rc && s->verify) rc = check_manifest_sha(s, rank, res);
     if (rc) {
         tzr_shard_result_free(res);
         return rc;

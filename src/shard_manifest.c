@@ -4,6 +4,7 @@
 #include "source_path.h"
 
 #include <jansson.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,6 +41,17 @@ static json_t *entry_json(const shard_entry *e) {
         for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", e->pub.sha256[i]);
         json_object_set_new(o, "sha256", json_string(hex));
     }
+    json_t *hs = json_object();
+    for (size_t k = 0; hs && k < e->nslices; k++) {
+        const shard_slice *s = &e->slices[k];
+        if (!s->has_header_sha) continue;
+        char hex[65], key[16];
+        for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", s->header_sha[i]);
+        snprintf(key, sizeof key, "%d", s->shard);
+        json_object_set_new(hs, key, json_string(hex));
+    }
+    if (hs && json_object_size(hs)) json_object_set_new(o, "header_sha256", hs);
+    else json_decref(hs);
     return o;
 fail:
     json_decref(o), json_decref(shape), json_decref(sl);
@@ -123,6 +135,20 @@ static int parse_u64(json_t *v, uint64_t *out) {
     return 0;
 }
 
+/* 64 hex digits into 32 bytes; non-zero when malformed. */
+static int parse_sha(json_t *v, uint8_t out[32]) {
+    const char *h = json_string_value(v);
+    if (!h || strlen(h) != 64) return 1;
+    for (int b = 0; b < 32; b++) {
+        unsigned x;
+        if (!isxdigit((unsigned char)h[2 * b]) || !isxdigit((unsigned char)h[2 * b + 1]) ||
+            sscanf(h + 2 * b, "%2x", &x) != 1)
+            return 1;
+        out[b] = (uint8_t)x;
+    }
+    return 0;
+}
+
 static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *path) {
     json_t *jn = json_object_get(o, "name"), *jd = json_object_get(o, "dtype"), *js = json_object_get(o, "shape");
     json_t *jsl = json_object_get(o, "slices"), *jr = json_object_get(o, "replicated");
@@ -176,15 +202,21 @@ static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *pat
         if (shard_entry_add_slice(e, (int)shard, off, len)) return TZR_ENOMEM;
     }
     if (jh) {
-        const char *h = json_string_value(jh);
-        if (!h || strlen(h) != 64) return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': bad sha256", path, nm);
-        for (int b = 0; b < 32; b++) {
-            unsigned v;
-            if (sscanf(h + 2 * b, "%2x", &v) != 1)
-                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': bad sha256", path, nm);
-            e->pub.sha256[b] = (uint8_t)v;
-        }
+        if (parse_sha(jh, e->pub.sha256)) return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': bad sha256", path, nm);
         e->pub.has_sha256 = 1;
+    }
+    json_t *jhs = json_object_get(o, "header_sha256");
+    if (jhs && !json_is_object(jhs))
+        return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': header_sha256 must be an object", path, nm);
+    for (size_t k = 0; jhs && k < e->nslices; k++) {
+        shard_slice *s = &e->slices[k];
+        char key[16];
+        snprintf(key, sizeof key, "%d", s->shard);
+        json_t *v = json_object_get(jhs, key);
+        if (!v) continue;
+        if (parse_sha(v, s->header_sha))
+            return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': bad header_sha256 of shard %d", path, nm, s->shard);
+        s->has_header_sha = 1;
     }
     return 0;
 }
@@ -316,6 +348,9 @@ static int merge_part(shard_table *m, const shard_table *p, int k, const char *p
                 return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': sidecar of shard %d claims a slice of shard %d", path,
                                 nm, k, s->slices[q].shard);
             if (shard_entry_add_slice(e, k, s->slices[q].offset, s->slices[q].length)) return TZR_ENOMEM;
+            shard_slice *added = &e->slices[e->nslices - 1];
+            added->has_header_sha = s->slices[q].has_header_sha;
+            memcpy(added->header_sha, s->slices[q].header_sha, 32);
         }
     }
     return 0;

@@ -65,7 +65,7 @@ int shard_entry_add_slice(shard_entry *e, int shard, uint64_t offset, uint64_t l
     shard_slice *g = realloc(e->slices, (e->nslices + 1) * sizeof *g);
     if (!g) return tzr_fail(TZR_ENOMEM, "out of memory");
     e->slices = g;
-    g[e->nslices++] = (shard_slice){shard, offset, length, 0};
+    g[e->nslices++] = (shard_slice){shard, offset, length, 0, 0, {0}};
     return 0;
 }
 

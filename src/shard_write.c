@@ -92,6 +92,9 @@ int tzr_shard_writer_add(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, c
     if (rc) return rc;
     tzr_tensor_desc td = {d->name, d->name_len, d->name_len && d->name[0] == 0x1E ? TZR_STATE_DICT : TZR_PARAM, 0, dstr, dlen, d->dtype, d->ndim, local, 0};
     if ((rc = tzr_writer_add(sw->w, &td, data))) return rc;
+    shard_slice *sl = &e->slices[e->nslices - 1];
+    tzr_writer_last_sha256(sw->w, sl->header_sha);
+    sl->has_header_sha = 1;
     if (d->sha256) {
         memcpy(e->pub.sha256, d->sha256, 32);
         e->pub.has_sha256 = 1;

@@ -37,6 +37,7 @@ struct tzr_writer {
     size_t *name_lens;
     size_t nslots;
     int failed;
+    uint8_t last_sha256[32]; /* the header SHA-256 of the last tensor added */
 };
 
 static uint64_t name_hash(const char *p, size_t n) {
@@ -316,6 +317,7 @@ static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data)
         tzr_hasher_final(&hs, &crc, sha);
         if (slots.crc32_at) tzr_st32(hdr + slots.crc32_at, crc);
         memcpy(hdr + slots.sha256_at, sha, 32);
+        memcpy(w->last_sha256, sha, 32);
         if (!rc) rc = put(w, hdr, hsize, w->pos);
     }
     if (!rc && w->compress) dir_add(w, hdr + slots.comp_start, slots.comp_end - slots.comp_start);
@@ -406,3 +408,5 @@ void tzr_writer_abort(tzr_writer *w) {
     }
     writer_release(w);
 }
+
+void tzr_writer_last_sha256(const tzr_writer *w, uint8_t out[32]) { memcpy(out, w->last_sha256, 32); }

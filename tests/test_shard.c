@@ -404,6 +404,67 @@ static void corrupt_shard_data(void) {
 }
 
 /* Built without MPI the multi-rank API says so instead of failing oddly. */
+/* A shard file replaced by another valid one with the same tensor shapes
+ * (a different checkpoint's shard 1): every file passes its own hashes,
+ * but the manifest's per-shard header sha256 no longer matches. Caught
+ * with and without the whole-tensor sha256, also for a rank whose piece
+ * comes from that shard alone, through a sink too; ranks not reading it
+ * still load. */
+static void strip_global_sha(json_t *root) {
+    json_t *ts = json_object_get(root, "tensors"), *t;
+    size_t k;
+    json_array_foreach(ts, k, t) json_object_del(t, "sha256");
+}
+
+static void replaced_shard(void) {
+    char other[1024], d[256], pre[1024], from[1024], to[1024];
+    path_in(other, sizeof other, check_tmpdir(), "other.tensors");
+    tzr_writer *w = NULL;
+    CHECK_OK(tzr_writer_open(&w, other, NULL));
+    for (size_t i = 0; w && i < SM_COUNT; i++) {
+        uint64_t nb;
+        uint8_t *data = sm_expected(i, -1, 0, 0, &nb);
+        for (uint64_t k = 0; k < nb; k++) data[k] ^= 0x40; /* same shapes, other bytes */
+        tzr_tensor_desc td = {SM[i].name, SM[i].name_len, SM[i].name[0] == 0x1E ? TZR_STATE_DICT : TZR_PARAM, 0, NULL,
+                              0, SM[i].dtype, SM[i].ndim, SM[i].shape, 0};
+        CHECK_OK(tzr_writer_add(w, &td, data));
+        free(data);
+    }
+    CHECK_OK(tzr_writer_close(w));
+    path_in(d, sizeof d, check_tmpdir(), "other8");
+    mkdir(d, 0755);
+    path_in(pre, sizeof pre, d, "model");
+    tzr_reader *r = NULL;
+    CHECK_OK(tzr_reader_open(&r, other, NULL));
+    CHECK_OK(tzr_shard_split(r, pre, 8, SM_RULES, NULL));
+    tzr_reader_free(r);
+    char mine[256];
+    if (copy_set("replaced", mine, sizeof mine)) return check_fail("cp failed");
+    path_in(from, sizeof from, d, "model-rank-00001-of-00008.tensors");
+    path_in(to, sizeof to, mine, "model-rank-00001-of-00008.tensors");
+    char cmd[2200];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
+    if (system(cmd) != 0) return check_fail("cp failed");
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) edit_manifest(mine, strip_global_sha);
+        tzr_shard_set *s = open_set(mine);
+        if (!s) return;
+        tzr_shard_result *res = NULL;
+        CHECK_RC(tzr_shard_load_rank(s, 0, 1, NULL, &res), TZR_EHASH);
+        CHECK(strstr(tzr_last_error(), "shard 1: tensor") != NULL);
+        CHECK_RC(tzr_shard_load_rank(s, 1, 8, NULL, &res), TZR_EHASH); /* shard 1's slices only */
+        CHECK(strstr(tzr_last_error(), "shard 1: tensor") && strstr(tzr_last_error(), "replaced"));
+        CHECK_OK(tzr_shard_load_rank(s, 2, 8, NULL, &res)); /* shard 2 is the listed file */
+        tzr_shard_result_free(res);
+        res = NULL;
+        /* the same through a sink */
+        fake_sink *fs = fake_sink_new(SM_COUNT);
+        CHECK_RC(tzr_shard_load_rank_into(s, 1, 8, NULL, &fs->base, NULL, NULL), TZR_EHASH);
+        tzr_sink_free(&fs->base);
+        tzr_shard_close(s);
+    }
+}
+
 static void comm_without_mpi(void) {
 #ifdef TZR_HAVE_MPI
     check_skip("built with MPI (tests/mpi_test.sh covers it)");
@@ -454,6 +515,7 @@ int main(void) {
     RUN(build_rejects);
     RUN(bad_manifests);
     RUN(corrupt_shard_data);
+    RUN(replaced_shard);
     RUN(comm_without_mpi);
     return check_done();
 }

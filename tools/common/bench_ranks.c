@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "tzr_comm.h"
+#include "tzr_load.h"
 
 /* Rank 0: f32 tensors [rows, 256], rows a multiple of 24 (splits evenly
  * over 1, 2, 3, 4, 6, 8 ranks), pseudo-random data. */
@@ -58,19 +59,50 @@ static int prepare(tzr_comm *c, const char *file, const char *prefix, uint64_t s
 }
 
 typedef struct row {
-    tzr_comm_mode mode;
+    char label[48];
     double seconds, per_rank, total;
 } row;
+
+/* The baseline: rank 0 alone loads the file with tzr_load into host
+ * memory (what every mode is compared with), the others wait. */
+static int single_file(tzr_comm *c, const char *file, int verify, double *seconds, double *bytes) {
+    int rc = 0;
+    *seconds = 0, *bytes = 0;
+    if (tzr_comm_rank(c) == 0) {
+        tzr_reader *r = NULL;
+        tzr_sink *sink = NULL;
+        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+        lo.verify = verify;
+        tzr_load_stats st = {0};
+        double t0 = cli_now();
+        rc = tzr_reader_open(&r, file, NULL);
+        if (!rc) rc = tzr_sink_host_new(&sink, NULL, NULL);
+        if (!rc) rc = tzr_load(r, sink, &lo, &st);
+        *seconds = cli_now() - t0;
+        *bytes = (double)st.bytes;
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+    }
+    rc = tzr_comm_agree(c, rc);
+    if (!rc) rc = tzr_comm_max(c, seconds);
+    if (!rc) rc = tzr_comm_max(c, bytes);
+    return rc;
+}
 
 int bench_ranks_main(int argc, char **argv) {
     uint64_t size = (uint64_t)512 << 20, chunk = 0;
     const char *file = "/tmp/tzr-bench-ranks.tensors", *modes = "independent,broadcast,allgather,sharded";
-    int ntensors = 64, reps = 1, json = 0, keep = 0;
+    int ntensors = 64, reps = 1, json = 0, keep = 0, verify = 1, device = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--ranks")) continue;
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--keep")) keep = 1;
+        else if (!strcmp(a, "--no-verify")) verify = 0;
+        else if (v && !strcmp(a, "--device")) {
+            if (cli_int("--device", v, 0, 1024, &device)) return EXIT_USAGE;
+            i++;
+        }
         else if (v && !strcmp(a, "--size")) {
             if (cli_bytes("--size", v, 1, (uint64_t)1 << 44, &size)) return EXIT_USAGE;
             i++;
@@ -110,55 +142,80 @@ int bench_ranks_main(int argc, char **argv) {
         tzr_comm_free(c);
         return EXIT_FAIL;
     }
-    row rows[TZR_COMM_MODES];
+    row rows[2 * TZR_COMM_MODES + 4];
     int nrows = 0;
-    double indep = 0;
+    double base = 0, bytes0 = 0, h2d = 0;
+    for (int r = 0; r < reps && !rc; r++) {
+        double t, b;
+        if (!(rc = single_file(c, file, verify, &t, &b)) && (!base || t < base)) base = t, bytes0 = b;
+    }
+    if (!rc) {
+        rows[nrows] = (row){"", base, bytes0 / base / 1e9, bytes0 / base / 1e9};
+        snprintf(rows[nrows++].label, sizeof rows[0].label, "single file, rank 0 alone");
+    }
+    if (!rc && device >= 0 && tzr_cuda_h2d_bandwidth(device, (size_t)256 << 20, 5, &h2d)) h2d = 0;
     char list[256];
     snprintf(list, sizeof list, "%s", modes);
-    for (char *tok = strtok(list, ","); tok && !rc; tok = strtok(NULL, ",")) {
-        tzr_comm_mode m;
-        if ((rc = tzr_comm_mode_parse(tok, &m))) break;
-        tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
-        o.mode = m;
-        o.chunk_bytes = chunk;
-        double best = 0, bytes = 0;
-        for (int r = 0; r < reps && !rc; r++) {
-            tzr_shard_result *res = NULL;
-            tzr_comm_stats st = {0};
-            tzr_comm_barrier(c);
-            double t0 = cli_now();
-            rc = tzr_comm_load(c, m == TZR_COMM_SHARDED ? manifest : file, &o, &res, &st);
-            double dt = cli_now() - t0;
-            tzr_comm_max(c, &dt);
-            if (!best || dt < best) best = dt, bytes = (double)st.bytes;
-            tzr_shard_result_free(res);
+    /* host modes, then (with --device) the same into GPU memory; broadcast
+     * also as one chunk (read everything, then send: no overlap) */
+    for (int dev = 0; dev < (device >= 0 ? 2 : 1) && !rc; dev++) {
+        snprintf(list, sizeof list, "%s", modes);
+        char *save = NULL;
+        for (char *tok = strtok_r(list, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
+            tzr_comm_mode m;
+            if ((rc = tzr_comm_mode_parse(tok, &m))) break;
+            for (int sync = 0; sync < (m == TZR_COMM_BROADCAST ? 2 : 1) && !rc; sync++) {
+                tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
+                o.mode = m;
+                o.chunk_bytes = sync ? (size_t)1 << 30 : chunk;
+                o.verify = verify;
+                double best = 0, bytes = 0;
+                for (int r = 0; r < reps && !rc; r++) {
+                    tzr_shard_result *res = NULL;
+                    tzr_device_result *dres = NULL;
+                    tzr_comm_stats st = {0};
+                    tzr_comm_barrier(c);
+                    double t0 = cli_now();
+                    const char *path = m == TZR_COMM_SHARDED ? manifest : file;
+                    rc = dev ? tzr_comm_load_device(c, path, &o, device, &dres, &st)
+                             : tzr_comm_load(c, path, &o, &res, &st);
+                    double dt = cli_now() - t0;
+                    tzr_comm_max(c, &dt);
+                    if (!best || dt < best) best = dt, bytes = (double)st.bytes;
+                    tzr_shard_result_free(res);
+                    tzr_device_result_free(dres);
+                }
+                if (rc) break;
+                double total = bytes;
+                tzr_comm_sum(c, &total);
+                double mine = bytes;
+                tzr_comm_max(c, &mine);
+                row *w = &rows[nrows++];
+                *w = (row){"", best, mine / best / 1e9, total / best / 1e9};
+                snprintf(w->label, sizeof w->label, "%s%s%s", dev ? "device " : "", tzr_comm_mode_name(m),
+                         sync ? " (one chunk)" : "");
+            }
         }
-        if (rc) break;
-        double total = bytes;
-        tzr_comm_sum(c, &total);
-        double mine = bytes;
-        tzr_comm_max(c, &mine);
-        rows[nrows++] = (row){m, best, mine / best / 1e9, total / best / 1e9};
-        if (m == TZR_COMM_INDEPENDENT) indep = best;
     }
     if (rc && me == 0) fprintf(stderr, "bench --ranks: %s\n", tzr_last_error());
     if (!rc && me == 0) {
         if (json) printf("[");
         else {
-            printf("| ranks | mode | seconds | GB/s per rank | GB/s total | speedup vs independent |\n");
+            printf("%d rank(s), %s, %s%s\n", n, verify ? "hashes checked" : "no hash checks",
+                   device >= 0 ? "device rows on GPU " : "host memory", device >= 0 ? "" : "");
+            if (h2d > 0) printf("pinned cudaMemcpy host-to-device: %.2f GB/s (the device rows' floor)\n", h2d);
+            printf("| ranks | mode | seconds | GB/s per rank | GB/s total | time vs single file |\n");
             printf("|---|---|---|---|---|---|\n");
         }
         for (int i = 0; i < nrows; i++) {
             const row *w = &rows[i];
-            char sp[32] = "n/a";
-            if (indep > 0) snprintf(sp, sizeof sp, "%.2f", indep / w->seconds);
             if (json)
-                printf("%s{\"ranks\":%d,\"mode\":\"%s\",\"seconds\":%.4f,\"gbps_per_rank\":%.3f,\"gbps_total\":%.3f,\"speedup\":%s}",
-                       i ? "," : "", n, tzr_comm_mode_name(w->mode), w->seconds, w->per_rank, w->total,
-                       indep > 0 ? sp : "null");
+                printf("%s{\"ranks\":%d,\"mode\":\"%s\",\"seconds\":%.4f,\"gbps_per_rank\":%.3f,\"gbps_total\":%.3f,"
+                       "\"vs_single_file\":%.3f}",
+                       i ? "," : "", n, w->label, w->seconds, w->per_rank, w->total, w->seconds / base);
             else
-                printf("| %d | %s | %.3f | %.2f | %.2f | %s |\n", n, tzr_comm_mode_name(w->mode), w->seconds,
-                       w->per_rank, w->total, sp);
+                printf("| %d | %s | %.3f | %.2f | %.2f | %.2fx |\n", n, w->label, w->seconds, w->per_rank, w->total,
+                       w->seconds / base);
         }
         if (json) printf("]\n");
         fflush(stdout);
