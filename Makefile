@@ -6,7 +6,11 @@ BUILD ?= build
 SAN ?=
 OPT ?= -O2
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
-              -fPIC -fvisibility=hidden -Iinclude -Isrc $(SAN)
+              -fPIC -fvisibility=hidden -Iinclude $(SRC_INCLUDES) $(SAN)
+# src/ is one folder per layer (README "Layout"); every folder is on the
+# include path, so files include each other's headers by name.
+SRC_DIRS := $(sort $(dir $(wildcard src/*/*.c src/*/*.h)))
+SRC_INCLUDES := $(addprefix -I,$(SRC_DIRS:%/=%))
 PKGS = libsodium libcrypto libdeflate jansson libcurl libzstd
 # The flags below come from pkg-config when the Makefile is read, so the
 # Debian packages must be there before that: on a fresh machine (as root)
@@ -20,7 +24,7 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIBS = $(PKG_LIBS) -lpthread -ldl -lm
 CFLAGS += $(CFLAGS_BASE) $(PKG_CFLAGS)
 LDFLAGS += $(SAN)
-# ---- MPI (optional; src/comm_mpi.c, src/comm_nccl.c, tests/mpi_test.sh) ----
+# ---- MPI (optional; src/comm/, tests/mpi_test.sh) ----
 # Found through pkg-config (Debian openmpi: ompi-c). Without it the library
 # still builds and the multi-rank loaders return TZR_ENOTSUP.
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
@@ -36,7 +40,7 @@ $(BUILD)/mpi/%: tests/mpi/%.c $(wildcard tests/util/*.c tests/util/*.h) $(BUILD)
 # ---- end MPI ----
 
 SOVER = 0
-LIB_SRCS := $(wildcard src/*.c)
+LIB_SRCS := $(wildcard src/*/*.c)
 LIB_OBJS := $(LIB_SRCS:src/%.c=$(BUILD)/obj/%.o)
 TOOL_COMMON := $(wildcard tools/common/*.c)
 TOOL_COMMON_OBJS := $(TOOL_COMMON:tools/common/%.c=$(BUILD)/obj/tools_common_%.o)
@@ -56,7 +60,7 @@ $(BUILD)/.deps: scripts/deps.sh
 	@bash scripts/deps.sh build
 	@touch $@
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/tzr.h $(wildcard include/*.h) | $(BUILD)/.deps
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*/*.h) include/tzr.h $(wildcard include/*.h) | $(BUILD)/.deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -125,7 +129,7 @@ tsan:
 fuzz: $(BUILD)/libtzr.a
 	@mkdir -p $(BUILD)/fuzz
 	for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
-	  clang $(CFLAGS_BASE) $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined $$f src/*.c $(LIBS) -o $(BUILD)/fuzz/$$n || exit 1; \
+	  clang $(CFLAGS_BASE) $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined $$f src/*/*.c $(LIBS) -o $(BUILD)/fuzz/$$n || exit 1; \
 	  mkdir -p $(BUILD)/fuzz/$$n.work; \
 	  $(BUILD)/fuzz/$$n -max_total_time=$${FUZZ_SECONDS:-60} $(BUILD)/fuzz/$$n.work fuzz/corpus/$$n || exit 1; done
 

@@ -1,4 +1,4 @@
-/* Atomic local outputs (src/output_file.c, src/output_temp.c): temporary
+/* Atomic local outputs (src/output_file.c, src/io/output_temp.c): temporary
  * names that fit NAME_MAX, removal of stale temporaries of dead processes
  * only, targets that are refused, symbolic links written through, and the
  * signal-safe removal of temporaries being written. */
