@@ -319,7 +319,8 @@ typedef struct tzr_writer_options {
     uint64_t frame_size;      /* uncompressed bytes per frame; 0 = 4 MiB */
     int byte_planes;          /* TZR_PLANES_AUTO (0): split 2- and 4-byte
                                  dtypes into byte planes; TZR_PLANES_OFF */
-    int threads;              /* compression threads; 0 = CPUs (at most 16) */
+    int threads;              /* compression threads, and tzr_writer_add_from's
+                                 workers; 0 = CPUs (at most 16) */
 } tzr_writer_options;
 
 enum { TZR_PLANES_AUTO = 0, TZR_PLANES_OFF = 1 };
@@ -349,6 +350,16 @@ TZR_API int tzr_writer_open_output(tzr_writer **out, tzr_output *output,
                                    const tzr_writer_options *opt);
 /* Append one tensor; data holds itemsize*numel bytes (ignored for meta). */
 TZR_API int tzr_writer_add(tzr_writer *w, const tzr_tensor_desc *desc, const void *data);
+/* Append one tensor whose bytes are read from src at [offset, offset +
+ * nbytes). It returns once the record's place in the file is fixed (the
+ * output is the same bytes tzr_writer_add would write); worker threads
+ * then read the bytes in 8 MiB pieces, hash them, seal them when
+ * encrypting and write them, several tensors at once, so a model of any
+ * size is written with about 10 MiB per worker and no mapping of the
+ * input. src must stay open until tzr_writer_close or _abort; a read or
+ * write failure is returned by a later add or by close (naming the tensor
+ * and offset). Compressed writers read each tensor whole first. */
+TZR_API int tzr_writer_add_from(tzr_writer *w, const tzr_tensor_desc *desc, tzr_source *src, uint64_t offset);
 /* Finish the file (header, index, end marker), make it visible, free w.
  * On failure nothing is left at the target. */
 TZR_API int tzr_writer_close(tzr_writer *w);

@@ -121,16 +121,35 @@ typedef struct progress_state {
 typedef struct out_files {
     tzr_writer *w;
     tzr_shard_splitter *sp;
+    tzr_source *srcs[256]; /* safetensors inputs the writer reads from until close */
+    int nsrcs;
 } out_files;
+
+static void close_sources(out_files *o) {
+    for (int k = 0; k < o->nsrcs; k++) o->srcs[k]->destroy(o->srcs[k]);
+    o->nsrcs = 0;
+}
 
 static int out_add(out_files *o, const tzr_tensor_desc *d, const void *data) {
     return o->sp ? tzr_shard_splitter_add(o->sp, d, data) : tzr_writer_add(o->w, d, data);
 }
 
+/* A plain writer reads safetensors tensors itself, piece by piece on its
+ * workers (tzr_writer_add_from): no mapping of the input is faulted in, so
+ * memory stays flat whatever the model size. The splitter cuts tensors
+ * in memory and takes them from the mapping. */
 static int add_safetensors(out_files *w, const char *path, progress_state *ps) {
     tzr_st_file *f;
     int rc = tzr_st_open(&f, path);
     if (rc) return rc;
+    tzr_source *src = NULL;
+    if (!w->sp && w->nsrcs < (int)(sizeof w->srcs / sizeof w->srcs[0])) {
+        if ((rc = tzr_source_open_file(&src, path, 0))) {
+            tzr_st_free(f);
+            return rc;
+        }
+        w->srcs[w->nsrcs++] = src;
+    }
     for (size_t i = 0; i < tzr_st_count(f) && !rc; i++) {
         if (cli_stop_signal) {
             rc = tzr_set_error(TZR_ECANCELED, "interrupted");
@@ -144,7 +163,7 @@ static int add_safetensors(out_files *w, const char *path, progress_state *ps) {
         d.dtype = t->dtype;
         d.ndim = t->ndim;
         d.shape = t->shape;
-        rc = out_add(w, &d, tzr_st_data(f, i));
+        rc = src ? tzr_writer_add_from(w->w, &d, src, t->data_offset) : out_add(w, &d, tzr_st_data(f, i));
         ps->done += t->nbytes;
         if (!ps->quiet) cli_progress_update(&ps->bar, ps->done);
     }
@@ -321,6 +340,7 @@ int main(int argc, char **argv) {
         snprintf(msg, sizeof msg, "%s", tzr_last_error());
         if (w.sp) tzr_shard_splitter_abort(w.sp);
         else tzr_writer_abort(w.w);
+        close_sources(&w);
         if (cli_stop_signal) return cli_output_stopped(0);
         cli_error("%s", msg);
         cli_error("nothing was written to %s", shards ? manifest : target);
@@ -332,6 +352,7 @@ int main(int argc, char **argv) {
         cli_output_note(note);
     }
     rc = w.sp ? tzr_shard_splitter_close(w.sp) : tzr_writer_close(w.w);
+    close_sources(&w);
     if (rc) return cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     if (shards) {
         if (cli_stop_signal) return cli_output_stopped(1);

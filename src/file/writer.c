@@ -1,44 +1,16 @@
 /* Writer: records go out in order right after the index reservation; the
  * prologue and index are written last, once every offset is known, so the
  * output is byte-identical to tensorizer's for the same tensors. */
-#include "compress.h"
-#include "crypt.h"
-#include "hash.h"
 #include "names.h"
 #include "source_path.h"
+#include "writer_internal.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_WRITE ((size_t)1 << 30)
 
-struct tzr_writer {
-    tzr_output *out;
-    uint64_t meta_size;
-    uint8_t *index;
-    size_t index_used;
-    uint64_t pos;
-    uint32_t version;
-    int encrypted;
-    int with_kdf;
-    uint8_t key[32];
-    uint64_t opslimit, memlimit;
-    uint8_t salt[TZR_SALT_BYTES];
-    uint64_t tensor_size, count;
-    int compress;            /* zstd: every header gets a compression block */
-    int level, planes_mode, threads;
-    uint32_t frame_size;
-    uint8_t *dir;            /* frame directory: every compression block so far */
-    size_t dir_len, dir_cap;
-    int dir_full;            /* it outgrew the index reservation: not written */
-    char **names;            /* open-addressing set for duplicate checks */
-    size_t *name_lens;
-    size_t nslots;
-    int failed;
-    uint8_t last_sha256[32]; /* the header SHA-256 of the last tensor added */
-};
 
 static uint64_t name_hash(const char *p, size_t n) {
     uint64_t h = 1469598103934665603ull;
@@ -106,6 +78,7 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
     if (!rc && !(w->index = calloc(1, (size_t)w->meta_size))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     w->pos = TZR_PROLOGUE_LEN + w->meta_size;
     w->version = 1;
+    w->workers_wanted = opt->threads;
     if (opt->compression != TZR_COMPRESSION_NONE) {
         uint64_t fs = opt->frame_size ? opt->frame_size : (uint64_t)4 << 20;
         if (opt->compression != TZR_COMPRESSION_ZSTD)
@@ -155,7 +128,7 @@ int tzr_writer_open(tzr_writer **out, const char *path, const tzr_writer_options
     return tzr_writer_open_output(out, o, opt);
 }
 
-static int put(tzr_writer *w, const void *buf, uint64_t len, uint64_t off) {
+int writer_put(tzr_writer *w, const void *buf, uint64_t len, uint64_t off) {
     const uint8_t *p = buf;
     while (len > 0) {
         size_t n = len > MAX_WRITE ? MAX_WRITE : (size_t)len;
@@ -183,7 +156,7 @@ static int write_encrypted(tzr_writer *w, const uint8_t *data, uint64_t len, uin
         if (hs) tzr_hasher_update(hs, data + off, n);
         memcpy(bounce, data + off, n);
         rc = tzr_crypt_seal_chunk(nonce, chunk, w->key, bounce, n, macs + chunk * TZR_MAC_BYTES);
-        if (!rc) rc = put(w, bounce, n, at + off);
+        if (!rc) rc = writer_put(w, bounce, n, at + off);
     }
     memset(bounce, 0, cs);
     free(bounce);
@@ -217,7 +190,14 @@ static void dir_add(tzr_writer *w, const uint8_t *block, size_t len) {
     w->dir_len += len;
 }
 
-static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data) {
+/* Fix a tensor's record: check the description, build its header (hash
+ * and MAC slots still zero) and hash its hashable part, place the record
+ * at the end of the file and write its index entry. stored_len: the bytes
+ * the record will hold (data_length unless compressed, then z's). The data
+ * follows through record_data, then record_end writes the header. */
+int writer_record_begin(tzr_writer *w, const tzr_tensor_desc *d, int have_data, const tzr_zdata *z,
+                        writer_record *rec) {
+    memset(rec, 0, sizeof *rec);
     char nb[TZR_NAMEBUF];
     const char *shown = d->name ? tzr_printable(d->name, d->name_len, nb, sizeof nb) : "";
 #define BAD(code, ...)                                                          \
@@ -248,99 +228,162 @@ static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data)
         if (!tzr_mul_ok(numel, d->shape[i], &numel)) BAD(TZR_ELIMIT, "shape overflows");
     }
     if (!tzr_mul_ok(numel, itemsize, &nbytes)) BAD(TZR_ELIMIT, "byte size overflows");
-    if (!d->meta && nbytes && !data) BAD(TZR_EINVAL, "NULL data");
+    if (!d->meta && nbytes && !have_data) BAD(TZR_EINVAL, "NULL data");
+    rec->data_length = d->meta ? 0 : nbytes; /* uncompressed */
+    rec->itemsize = itemsize;
+    if (z == NULL) return 0; /* checks only: the caller compresses, then calls again */
+    size_t entry = tzr_index_entry_size(d->name_len, dlen, d->ndim);
+    if (entry > w->meta_size - w->index_used)
+        BAD(TZR_ELIMIT, "index full: entry %llu needs %zu bytes, %llu of the %llu-byte index are left",
+            (unsigned long long)w->count, entry, (unsigned long long)(w->meta_size - w->index_used),
+            (unsigned long long)w->meta_size);
     int rc = name_set_add(w, d->name, d->name_len);
     if (rc == TZR_EDUP) BAD(TZR_EDUP, "duplicate name");
     if (rc) return rc;
 
-    uint64_t data_length = d->meta ? 0 : nbytes; /* uncompressed */
-    /* Compress first: the stored length decides the crypt block's size. */
-    tzr_zdata z;
-    memset(&z, 0, sizeof z);
-    if (w->compress && data_length) {
-        unsigned planes = w->planes_mode == TZR_PLANES_AUTO && (itemsize == 2 || itemsize == 4) ? itemsize : 1;
-        rc = tzr_zcompress(data, data_length, planes, w->frame_size, w->level, w->threads, &z);
-        if (rc) BAD(rc, "%s", tzr_last_error());
-    }
-    const uint8_t *stored = z.codec ? z.stored : data;
-    uint64_t stored_len = z.codec ? z.stored_len : data_length;
+    rec->compressed = z->codec != 0;
+    rec->stored_len = z->codec ? z->stored_len : rec->data_length;
     /* Zero-byte tensors in an encrypted file get an empty crypt block, like
      * meta tensors (tensorizer 2.11.1 itself fails on them). */
-    int enc = w->encrypted && stored_len > 0;
-    uint64_t num_macs = enc ? tzr_crypt_num_chunks(stored_len, TZR_CRYPT_CHUNK) : 0;
-    uint8_t nonce[TZR_NONCE_BYTES];
-    if (enc) tzr_random_bytes(nonce, sizeof nonce);
+    rec->enc = w->encrypted && rec->stored_len > 0;
+    uint64_t num_macs = rec->enc ? tzr_crypt_num_chunks(rec->stored_len, TZR_CRYPT_CHUNK) : 0;
+    if (rec->enc) tzr_random_bytes(rec->nonce, sizeof rec->nonce);
     tzr_header_spec spec = {d->module_idx, (uint8_t)d->type, (const uint8_t *)d->name, (uint16_t)d->name_len,
                             (const uint8_t *)dstr, (uint8_t)dlen, (uint8_t)d->ndim, d->shape,
-                            w->encrypted, enc, enc && w->with_kdf, w->opslimit, w->memlimit, w->salt, nonce,
-                            num_macs, stored_len, 0, 0, 0, 0, 0, 0, NULL};
+                            w->encrypted, rec->enc, rec->enc && w->with_kdf, w->opslimit, w->memlimit, w->salt,
+                            rec->nonce, num_macs, rec->stored_len, 0, 0, 0, 0, 0, 0, NULL};
     spec.comp_block = w->compress;
-    spec.codec = (uint8_t)z.codec;
-    spec.planes = (uint8_t)z.planes;
-    spec.frame_size = z.frame_size;
-    spec.uncompressed_length = data_length;
-    spec.nframes = z.nframes;
-    spec.frame_sizes = z.frame_sizes;
-    size_t hsize = tzr_header_size(&spec);
-    size_t entry = tzr_index_entry_size(d->name_len, dlen, d->ndim);
-    if (entry > w->meta_size - w->index_used) {
-        tzr_zdata_free(&z);
-        BAD(TZR_ELIMIT, "index full: entry %llu needs %zu bytes, %llu of the %llu-byte index are left",
-            (unsigned long long)w->count, entry, (unsigned long long)(w->meta_size - w->index_used),
-            (unsigned long long)w->meta_size);
-    }
-    uint8_t *hdr = malloc(hsize);
-    uint8_t *hashable = malloc(hsize);
-    if (!hdr || !hashable) {
-        free(hdr);
+    spec.codec = (uint8_t)z->codec;
+    spec.planes = (uint8_t)z->planes;
+    spec.frame_size = z->frame_size;
+    spec.uncompressed_length = rec->data_length;
+    spec.nframes = z->nframes;
+    spec.frame_sizes = z->frame_sizes;
+    rec->hsize = tzr_header_size(&spec);
+    rec->hdr = malloc(rec->hsize);
+    uint8_t *hashable = malloc(rec->hsize);
+    if (!rec->hdr || !hashable) {
         free(hashable);
-        tzr_zdata_free(&z);
+        free(rec->hdr);
+        rec->hdr = NULL;
         return tzr_fail(TZR_ENOMEM, "out of memory");
     }
-    tzr_header_slots slots;
-    tzr_emit_tensor_header(hdr, &spec, &slots);
+    tzr_emit_tensor_header(rec->hdr, &spec, &rec->slots);
     /* Hashes cover the hashable header (format.c: hash values zero, blocks
      * cut out), then the plaintext, uncompressed. */
     tzr_tensor_header parsed;
-    rc = tzr_parse_tensor_header(hdr, hsize, w->encrypted, w->compress, &parsed);
-    size_t hn = rc ? 0 : tzr_hashable_header(hdr, hsize, &parsed, hashable);
-    tzr_hasher hs;
-    if (!rc) rc = tzr_hasher_init(&hs, !enc, 1);
+    rc = tzr_parse_tensor_header(rec->hdr, rec->hsize, w->encrypted, w->compress, &parsed);
+    size_t hn = rc ? 0 : tzr_hashable_header(rec->hdr, rec->hsize, &parsed, hashable);
+    if (!rc) rc = tzr_hasher_init(&rec->hs, !rec->enc, 1);
     if (!rc) {
-        tzr_hasher_update(&hs, hashable, hn);
-        uint64_t data_at = w->pos + hsize;
-        if (data_length && (z.codec || !enc)) tzr_hasher_update(&hs, data, (size_t)data_length);
-        if (enc) rc = write_encrypted(w, stored, stored_len, data_at, nonce, hdr + slots.macs_at, z.codec ? NULL : &hs);
-        else if (stored_len) rc = put(w, stored, stored_len, data_at);
-        uint32_t crc = 0;
-        uint8_t sha[32];
-        tzr_hasher_final(&hs, &crc, sha);
-        if (slots.crc32_at) tzr_st32(hdr + slots.crc32_at, crc);
-        memcpy(hdr + slots.sha256_at, sha, 32);
-        memcpy(w->last_sha256, sha, 32);
-        if (!rc) rc = put(w, hdr, hsize, w->pos);
+        rec->hs_live = 1;
+        tzr_hasher_update(&rec->hs, hashable, hn);
     }
-    if (!rc && w->compress) dir_add(w, hdr + slots.comp_start, slots.comp_end - slots.comp_start);
-    free(hdr);
     free(hashable);
-    tzr_zdata_free(&z);
-    if (rc) return rc;
-
+    if (rc) {
+        free(rec->hdr);
+        rec->hdr = NULL;
+        return rc;
+    }
+    if (w->compress) dir_add(w, rec->hdr + rec->slots.comp_start, rec->slots.comp_end - rec->slots.comp_start);
+    rec->hdr_at = w->pos;
+    rec->data_at = w->pos + rec->hsize;
     tzr_index_entry e = {(const uint8_t *)d->name, (uint16_t)d->name_len, (uint8_t)d->type, (const uint8_t *)dstr,
-                         (uint8_t)dlen, (uint8_t)d->ndim, NULL, w->pos, w->pos + hsize, stored_len};
+                         (uint8_t)dlen, (uint8_t)d->ndim, NULL, rec->hdr_at, rec->data_at, rec->stored_len};
     uint8_t dims[4 * TZR_MAX_DIMS];
     for (uint32_t i = 0; i < d->ndim; i++) tzr_st32(dims + 4 * i, (uint32_t)d->shape[i]);
     e.dims = dims;
     tzr_emit_index_entry(w->index + w->index_used, &e);
     w->index_used += entry;
-    w->pos += hsize + stored_len;
-    w->tensor_size += stored_len;
+    w->pos += rec->hsize + rec->stored_len;
+    w->tensor_size += rec->stored_len;
     w->count++;
     /* The lowest data version that covers the content. */
     if (opaque && w->version < 2) w->version = 2;
     if (d->meta && w->version < 4) w->version = 4; /* as tensorizer: any meta tensor */
 #undef BAD
     return 0;
+}
+
+/* Plaintext bytes [off, off + n) of the record's data (uncompressed
+ * records), in order: hashed, sealed chunk by chunk when encrypted (off
+ * and n whole crypt chunks but for the last), written at their place.
+ * bounce: TZR_CRYPT_CHUNK bytes of scratch for encrypted records. */
+int writer_record_data(tzr_writer *w, writer_record *rec, const uint8_t *bytes, uint64_t n, uint64_t off,
+                       uint8_t *bounce) {
+    if (!rec->enc) {
+        tzr_hasher_update(&rec->hs, bytes, (size_t)n);
+        return writer_put(w, bytes, n, rec->data_at + off);
+    }
+    int rc = 0;
+    uint64_t chunk = off / TZR_CRYPT_CHUNK;
+    for (uint64_t at = 0; at < n && !rc; at += TZR_CRYPT_CHUNK, chunk++) {
+        size_t k = n - at < TZR_CRYPT_CHUNK ? (size_t)(n - at) : TZR_CRYPT_CHUNK;
+        tzr_hasher_update(&rec->hs, bytes + at, k);
+        memcpy(bounce, bytes + at, k);
+        rc = tzr_crypt_seal_chunk(rec->nonce, chunk, w->key, bounce, k, rec->hdr + rec->slots.macs_at +
+                                  chunk * TZR_MAC_BYTES);
+        if (!rc) rc = writer_put(w, bounce, k, rec->data_at + off + at);
+    }
+    return rc;
+}
+
+/* Hashes into the header, the header written; frees the record. */
+int writer_record_end(tzr_writer *w, writer_record *rec, int ok) {
+    int rc = 0;
+    if (rec->hs_live) {
+        uint32_t crc = 0;
+        uint8_t sha[32];
+        tzr_hasher_final(&rec->hs, &crc, sha);
+        rec->hs_live = 0;
+        if (rec->slots.crc32_at) tzr_st32(rec->hdr + rec->slots.crc32_at, crc);
+        memcpy(rec->hdr + rec->slots.sha256_at, sha, 32);
+        memcpy(rec->sha256, sha, 32);
+    }
+    if (ok && rec->hdr) rc = writer_put(w, rec->hdr, rec->hsize, rec->hdr_at);
+    free(rec->hdr);
+    rec->hdr = NULL;
+    return rc;
+}
+
+static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data) {
+    writer_record rec;
+    int rc = writer_record_begin(w, d, data != NULL, NULL, &rec); /* checks before compressing */
+    if (rc) return rc;
+    uint64_t data_length = rec.data_length;
+    /* Compress first: the stored length decides the crypt block's size. */
+    tzr_zdata z;
+    memset(&z, 0, sizeof z);
+    if (w->compress && data_length) {
+        unsigned planes = w->planes_mode == TZR_PLANES_AUTO && (rec.itemsize == 2 || rec.itemsize == 4) ? rec.itemsize : 1;
+        rc = tzr_zcompress(data, data_length, planes, w->frame_size, w->level, w->threads, &z);
+        if (rc) {
+            char nb[TZR_NAMEBUF];
+            return tzr_fail(rc, "%s: tensor '%s': %s", w->out->name, tzr_printable(d->name, d->name_len, nb, sizeof nb),
+                            tzr_last_error());
+        }
+    }
+    rc = writer_record_begin(w, d, data != NULL, &z, &rec);
+    if (rc) {
+        tzr_zdata_free(&z);
+        return rc;
+    }
+    if (rec.compressed) { /* hashes cover the uncompressed bytes; the stored ones are sealed unhashed */
+        tzr_hasher_update(&rec.hs, data, (size_t)data_length);
+        if (rec.enc) rc = write_encrypted(w, z.stored, z.stored_len, rec.data_at, rec.nonce,
+                                          rec.hdr + rec.slots.macs_at, NULL);
+        else rc = writer_put(w, z.stored, z.stored_len, rec.data_at);
+    } else if (rec.enc) {
+        rc = write_encrypted(w, data, data_length, rec.data_at, rec.nonce, rec.hdr + rec.slots.macs_at, &rec.hs);
+    } else if (data_length) {
+        tzr_hasher_update(&rec.hs, data, (size_t)data_length);
+        rc = writer_put(w, data, data_length, rec.data_at);
+    }
+    tzr_zdata_free(&z);
+    int erc = writer_record_end(w, &rec, rc == 0);
+    if (!rc) rc = erc;
+    if (!rc) memcpy(w->last_sha256, rec.sha256, 32);
+    return rc;
 }
 
 int tzr_writer_add(tzr_writer *w, const tzr_tensor_desc *desc, const void *data) {
@@ -364,6 +407,11 @@ static void writer_release(tzr_writer *w) {
 
 int tzr_writer_close(tzr_writer *w) {
     if (!w) return tzr_fail(TZR_EINVAL, "NULL writer");
+    int src = writer_stream_finish(w, 0); /* every record's data and header written */
+    if (src) {
+        tzr_writer_abort(w);
+        return src;
+    }
     if (w->failed) {
         tzr_writer_abort(w);
         return tzr_fail(TZR_ECANCELED, "write failed earlier; nothing was written");
@@ -386,9 +434,9 @@ int tzr_writer_close(tzr_writer *w) {
         tzr_st64(w->index + w->index_used + 8, w->dir_len);
         if (w->dir_len) memcpy(w->index + w->index_used + TZR_DIR_PREFIX, w->dir, w->dir_len);
     }
-    int rc = put(w, end, 8, w->pos);
-    if (!rc) rc = put(w, w->index, w->meta_size, TZR_PROLOGUE_LEN);
-    if (!rc) rc = put(w, pro, TZR_PROLOGUE_LEN, 0);
+    int rc = writer_put(w, end, 8, w->pos);
+    if (!rc) rc = writer_put(w, w->index, w->meta_size, TZR_PROLOGUE_LEN);
+    if (!rc) rc = writer_put(w, pro, TZR_PROLOGUE_LEN, 0);
     if (!rc) rc = w->out->finish(w->out);
     {
         TZR_KEEP_ERROR; /* neither abort nor destroy may replace the failure */
@@ -402,6 +450,7 @@ int tzr_writer_close(tzr_writer *w) {
 void tzr_writer_abort(tzr_writer *w) {
     TZR_KEEP_ERROR;
     if (!w) return;
+    writer_stream_finish(w, 1);
     if (w->out) {
         w->out->abort(w->out);
         w->out->destroy(w->out);

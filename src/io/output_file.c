@@ -9,6 +9,7 @@
 #include "output_temp.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,7 +24,13 @@ typedef struct file_output {
     char *path; /* as given, for messages */
     char *real; /* after symbolic links: what finish replaces */
     char *tmp;
+    _Atomic uint64_t unflushed; /* bytes written since writeback was last started */
 } file_output;
+
+/* Start writeback every this many bytes, so the disk works while the
+ * writer hashes and copies, and the final fsync has little left to do
+ * (as with dd, whose writes the flusher would otherwise start late). */
+#define WRITEBACK_EVERY ((uint64_t)32 << 20)
 
 static int fo_pwrite(tzr_output *o, const void *buf, size_t len, uint64_t off) {
     file_output *f = (file_output *)o;
@@ -38,6 +45,10 @@ static int fo_pwrite(tzr_output *o, const void *buf, size_t len, uint64_t off) {
         p += n;
         len -= (size_t)n;
         off += (uint64_t)n;
+        if (atomic_fetch_add(&f->unflushed, (uint64_t)n) + (uint64_t)n >= WRITEBACK_EVERY) {
+            atomic_store(&f->unflushed, 0);
+            sync_file_range(f->fd, 0, 0, SYNC_FILE_RANGE_WRITE); /* a hint: errors come from fsync */
+        }
     }
     return 0;
 }
