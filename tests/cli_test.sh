@@ -174,4 +174,9 @@ check failed_write_keeps_old_file cmp "$T/keep.tensors" "$T/a.tensors"
 check no_temp_files_left sh -c "! ls -A $T | grep -q '^\..*\.tmp'"
 $TZ -q "$T/a.safetensors" -o "$T/no/such/dir/out.tensors" 2>/dev/null
 check output_dir_missing_exit_1 test $? = 1
+# The write benchmark runs every case and prints its table (a tool: no timing checked).
+"$BUILD/tzr-bench" --make-sample "$T/wb.safetensors" --size-mib 16 --layers 1 >/dev/null 2>&1
+"$BUILD/tzr-bench" --write "$T/wb.safetensors" --out "$T" --repeat 1 > "$T/wb.out" 2>&1
+check bench_write_runs_every_case sh -c "test \$(grep -c '^| .*x |' '$T/wb.out') = 5"
+check bench_write_leaves_nothing sh -c "! ls '$T' | grep -q tzr-bench-write"
 exit 0

@@ -16,6 +16,7 @@
 
 #include "bench_compress.h"
 #include "bench_ranks.h"
+#include "bench_write.h"
 #include "cli.h"
 #include "tzr_http.h"
 #include "tzr_load.h"
@@ -49,6 +50,8 @@ static const char usage[] =
     "\n"
     "  --compress [OPTS] zstd extension: size ratio, compression speed, loads\n"
     "                    local and rate-limited (see tools/common/bench_compress.h)\n"
+    "  --write F.safetensors [OPTS]  write benchmark against a read+write+fsync\n"
+    "                    floor (see tools/common/bench_write.h)\n"
     "  --ranks [OPTS]    multi-rank load benchmark; run under mpirun (see\n"
     "                    tools/common/bench_ranks.h for its options)\n";
 
@@ -535,6 +538,8 @@ int main(int argc, char **argv) {
     cli_prog = "tzr-bench";
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--compress") == 0) return bench_compress_main(argc, argv, write_for_compress);
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--write") == 0) return bench_write_main(argc, argv);
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--ranks") == 0) {
             for (int k = i; k + 1 < argc; k++) argv[k] = argv[k + 1];

@@ -1,0 +1,151 @@
+/* Write benchmark (see bench_write.h). Public API only. */
+#include "bench_write.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "tzr_safetensors.h"
+
+enum { FLOOR, ADD_FROM, ADD_MEMORY, ENCRYPTED, COMPRESSED, NCASES };
+static const char *case_names[NCASES] = {"floor: read+write+fsync (dd)", "tzr_writer_add_from (tensorize)",
+                                         "tzr_writer_add from memory", "add_from, encrypted",
+                                         "add_from, zstd level 1"};
+
+static int floor_copy(const char *in, const char *out) {
+    int fi = open(in, O_RDONLY), fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    size_t cap = (size_t)8 << 20;
+    char *buf = malloc(cap);
+    int rc = fi < 0 || fo < 0 || !buf;
+    for (ssize_t n; !rc && (n = read(fi, buf, cap)) > 0;)
+        if (write(fo, buf, (size_t)n) != n) rc = 1;
+    if (!rc && fsync(fo) != 0) rc = 1;
+    if (fi >= 0) close(fi);
+    if (fo >= 0) close(fo);
+    free(buf);
+    return rc;
+}
+
+/* Runs one case; returns 0 and the seconds of the timed part. */
+static int run_case(int k, const char *in, const char *out, const uint8_t *key, double *secs) {
+    if (k == FLOOR) {
+        double t0 = cli_now();
+        int rc = floor_copy(in, out);
+        *secs = cli_now() - t0;
+        return rc;
+    }
+    tzr_st_file *f = NULL;
+    int rc = tzr_st_open(&f, in);
+    if (rc) return rc;
+    size_t n = tzr_st_count(f);
+    void **mem = NULL;
+    if (k == ADD_MEMORY) { /* the tensors in the caller's memory, as after training */
+        mem = calloc(n ? n : 1, sizeof *mem);
+        for (size_t i = 0; mem && i < n; i++) {
+            const tzr_st_tensor *t = tzr_st_get(f, i);
+            if ((mem[i] = malloc(t->nbytes ? t->nbytes : 1))) memcpy(mem[i], tzr_st_data(f, i), t->nbytes);
+        }
+    }
+    tzr_source *src = NULL;
+    if (!rc && k != ADD_MEMORY) rc = tzr_source_open_file(&src, in, 0);
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    if (k == ENCRYPTED) wo.crypt.key = key;
+    if (k == COMPRESSED) wo.compression = TZR_COMPRESSION_ZSTD;
+    double t0 = cli_now();
+    tzr_writer *w = NULL;
+    if (!rc) rc = tzr_writer_open(&w, out, &wo);
+    for (size_t i = 0; !rc && i < n; i++) {
+        const tzr_st_tensor *t = tzr_st_get(f, i);
+        tzr_tensor_desc d = {t->name, t->name_len, TZR_STATE_DICT, 0, NULL, 0, t->dtype, t->ndim, t->shape, 0};
+        rc = k == ADD_MEMORY ? tzr_writer_add(w, &d, mem[i]) : tzr_writer_add_from(w, &d, src, t->data_offset);
+    }
+    if (w) rc = rc ? (tzr_writer_abort(w), rc) : tzr_writer_close(w);
+    *secs = cli_now() - t0;
+    if (rc) fprintf(stderr, "bench --write: %s: %s\n", case_names[k], tzr_last_error());
+    for (size_t i = 0; mem && i < n; i++) free(mem[i]);
+    free(mem);
+    if (src) src->destroy(src);
+    tzr_st_free(f);
+    return rc;
+}
+
+int bench_write_main(int argc, char **argv) {
+    const char *in = NULL, *dir = "/tmp", *key_file = NULL;
+    int repeat = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v && !strcmp(a, "--write")) in = v, i++;
+        else if (v && !strcmp(a, "--out")) dir = v, i++;
+        else if (v && !strcmp(a, "--key-file")) key_file = v, i++;
+        else if (v && !strcmp(a, "--repeat")) {
+            if (cli_int("--repeat", v, 1, 100, &repeat)) return EXIT_USAGE;
+            i++;
+        } else {
+            fprintf(stderr, "bench --write: unknown option '%s' (see tools/common/bench_write.h)\n", a);
+            return EXIT_USAGE;
+        }
+    }
+    if (!in) {
+        fprintf(stderr, "bench --write: needs a .safetensors input (tzr-bench --make-sample makes one)\n");
+        return EXIT_USAGE;
+    }
+    uint8_t key[32];
+    FILE *kf = fopen(key_file ? key_file : "/dev/urandom", "rb");
+    if (!kf || fread(key, 1, 32, kf) != 32) {
+        fprintf(stderr, "bench --write: cannot read 32 key bytes from %s\n", key_file ? key_file : "/dev/urandom");
+        if (kf) fclose(kf);
+        return EXIT_USAGE;
+    }
+    fclose(kf);
+    tzr_st_file *f = NULL;
+    if (tzr_st_open(&f, in)) {
+        fprintf(stderr, "bench --write: %s\n", tzr_last_error());
+        return EXIT_FAIL;
+    }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < tzr_st_count(f); i++) bytes += tzr_st_get(f, i)->nbytes;
+    tzr_st_free(f);
+    char out[4200];
+    snprintf(out, sizeof out, "%s/tzr-bench-write-%d.tensors", dir, (int)getpid());
+    double best[NCASES] = {0};
+    long rss[NCASES] = {0};
+    for (int rep = 0; rep < repeat; rep++)
+        for (int k = 0; k < NCASES; k++) {
+            int fd[2];
+            if (pipe(fd)) return EXIT_FAIL;
+            pid_t pid = fork();
+            if (pid == 0) {
+                close(fd[0]);
+                double s = 0;
+                int rc = run_case(k, in, out, key, &s);
+                if (write(fd[1], &s, sizeof s) != (ssize_t)sizeof s) rc = 1;
+                _exit(rc ? 1 : 0);
+            }
+            close(fd[1]);
+            double s = 0;
+            ssize_t got = read(fd[0], &s, sizeof s);
+            close(fd[0]);
+            int st = 0;
+            struct rusage ru;
+            wait4(pid, &st, 0, &ru);
+            if (got != (ssize_t)sizeof s || !WIFEXITED(st) || WEXITSTATUS(st)) {
+                fprintf(stderr, "bench --write: case '%s' failed\n", case_names[k]);
+                unlink(out);
+                return EXIT_FAIL;
+            }
+            if (!best[k] || s < best[k]) best[k] = s;
+            if (ru.ru_maxrss > rss[k]) rss[k] = ru.ru_maxrss;
+            unlink(out);
+        }
+    printf("%s: %.0f MiB of tensor data, best of %d, output in %s\n", in, bytes / 1048576.0, repeat, dir);
+    printf("| case | seconds | GB/s | time vs floor | peak RSS MiB |\n|---|---|---|---|---|\n");
+    for (int k = 0; k < NCASES; k++)
+        printf("| %s | %.3f | %.2f | %.2fx | %ld%s |\n", case_names[k], best[k], bytes / best[k] / 1e9,
+               best[k] / best[FLOOR], rss[k] / 1024, k == ADD_MEMORY ? " (holds the model)" : "");
+    return EXIT_OK;
+}

@@ -1,0 +1,15 @@
+/* `tzr-bench --write FILE.safetensors [--out DIR] [--repeat N]
+ * [--key-file K]`: write benchmark on one input, in one run, each case in
+ * a child process of its own (its peak RSS is its own), best of N:
+ *   floor         8 MiB read+write of the same bytes, then fsync (what
+ *                 `dd bs=8M conv=fsync` does)
+ *   add_from      tzr_writer_add_from the input (what tensorize does)
+ *   add (memory)  the input read into memory first (not timed), then
+ *                 tzr_writer_add, as a training job saving its tensors
+ *   encrypted     add_from with a random key (or --key-file)
+ *   compressed    add_from with zstd level 1
+ * Prints | case | seconds | GB/s | time vs floor | peak RSS MiB |. */
+#ifndef TZR_BENCH_WRITE_H
+#define TZR_BENCH_WRITE_H
+int bench_write_main(int argc, char **argv);
+#endif
