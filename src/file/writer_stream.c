@@ -28,7 +28,10 @@ struct write_job {
 static int run_job(tzr_writer *w, write_job *j, uint8_t *buf, uint8_t *bounce) {
     int rc = 0;
     for (uint64_t off = 0; off < j->rec.data_length && !rc;) {
-        if (__atomic_load_n(&w->cancel, __ATOMIC_RELAXED)) return tzr_fail(TZR_ECANCELED, "write canceled");
+        if (__atomic_load_n(&w->cancel, __ATOMIC_RELAXED)) {
+            rc = tzr_fail(TZR_ECANCELED, "write canceled");
+            break; /* the record is still freed below */
+        }
         size_t n = j->rec.data_length - off < STREAM_CHUNK ? (size_t)(j->rec.data_length - off) : STREAM_CHUNK;
         rc = j->src->read_at(j->src, buf, n, j->src_off + off);
         if (rc) {
