@@ -10,8 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
-
 static uint64_t name_hash(const char *p, size_t n) {
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
@@ -141,25 +139,22 @@ int writer_put(tzr_writer *w, const void *buf, uint64_t len, uint64_t off) {
     return 0;
 }
 
-/* Encrypt data chunk by chunk into a bounce buffer (the caller's data is
- * left untouched), hashing the plaintext first, writing ciphertext at its
- * final place and collecting the MACs into the header. */
-static int write_encrypted(tzr_writer *w, const uint8_t *data, uint64_t len, uint64_t at, const uint8_t nonce[24],
-                           uint8_t *macs, tzr_hasher *hs /* NULL: hashed elsewhere */) {
-    size_t cs = TZR_CRYPT_CHUNK;
-    uint8_t *bounce = malloc(cs);
-    if (!bounce) return tzr_fail(TZR_ENOMEM, "out of memory");
+/* Stored bytes [off, off + n) of an encrypted record (off a whole number
+ * of crypt chunks): each chunk hashed first when hs is given (plaintext),
+ * sealed in the bounce buffer (the caller's data is left untouched),
+ * written at its place, its MAC into the header. */
+static int seal_put(tzr_writer *w, writer_record *rec, const uint8_t *bytes, uint64_t n, uint64_t off,
+                    tzr_hasher *hs, uint8_t *bounce) {
     int rc = 0;
-    uint64_t chunk = 0;
-    for (uint64_t off = 0; off < len && !rc; off += cs, chunk++) {
-        size_t n = len - off < cs ? (size_t)(len - off) : cs;
-        if (hs) tzr_hasher_update(hs, data + off, n);
-        memcpy(bounce, data + off, n);
-        rc = tzr_crypt_seal_chunk(nonce, chunk, w->key, bounce, n, macs + chunk * TZR_MAC_BYTES);
-        if (!rc) rc = writer_put(w, bounce, n, at + off);
+    uint64_t chunk = off / TZR_CRYPT_CHUNK;
+    for (uint64_t at = 0; at < n && !rc; at += TZR_CRYPT_CHUNK, chunk++) {
+        size_t k = n - at < TZR_CRYPT_CHUNK ? (size_t)(n - at) : TZR_CRYPT_CHUNK;
+        if (hs) tzr_hasher_update(hs, bytes + at, k);
+        memcpy(bounce, bytes + at, k);
+        rc = tzr_crypt_seal_chunk(rec->nonce, chunk, w->key, bounce, k,
+                                  rec->hdr + rec->slots.macs_at + chunk * TZR_MAC_BYTES);
+        if (!rc) rc = writer_put(w, bounce, k, rec->data_at + off + at);
     }
-    memset(bounce, 0, cs);
-    free(bounce);
     return rc;
 }
 
@@ -311,21 +306,9 @@ int writer_record_begin(tzr_writer *w, const tzr_tensor_desc *d, int have_data, 
  * bounce: TZR_CRYPT_CHUNK bytes of scratch for encrypted records. */
 int writer_record_data(tzr_writer *w, writer_record *rec, const uint8_t *bytes, uint64_t n, uint64_t off,
                        uint8_t *bounce) {
-    if (!rec->enc) {
-        tzr_hasher_update(&rec->hs, bytes, (size_t)n);
-        return writer_put(w, bytes, n, rec->data_at + off);
-    }
-    int rc = 0;
-    uint64_t chunk = off / TZR_CRYPT_CHUNK;
-    for (uint64_t at = 0; at < n && !rc; at += TZR_CRYPT_CHUNK, chunk++) {
-        size_t k = n - at < TZR_CRYPT_CHUNK ? (size_t)(n - at) : TZR_CRYPT_CHUNK;
-        tzr_hasher_update(&rec->hs, bytes + at, k);
-        memcpy(bounce, bytes + at, k);
-        rc = tzr_crypt_seal_chunk(rec->nonce, chunk, w->key, bounce, k, rec->hdr + rec->slots.macs_at +
-                                  chunk * TZR_MAC_BYTES);
-        if (!rc) rc = writer_put(w, bounce, k, rec->data_at + off + at);
-    }
-    return rc;
+    if (rec->enc) return seal_put(w, rec, bytes, n, off, &rec->hs, bounce);
+    tzr_hasher_update(&rec->hs, bytes, (size_t)n);
+    return writer_put(w, bytes, n, rec->data_at + off);
 }
 
 /* Hashes into the header, the header written; frees the record. */
@@ -368,17 +351,17 @@ static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data)
         tzr_zdata_free(&z);
         return rc;
     }
-    if (rec.compressed) { /* hashes cover the uncompressed bytes; the stored ones are sealed unhashed */
+    uint8_t *bounce = rec.enc ? malloc(TZR_CRYPT_CHUNK) : NULL;
+    if (rec.enc && !bounce) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    else if (rec.compressed) { /* hashes cover the uncompressed bytes; the stored ones are sealed unhashed */
         tzr_hasher_update(&rec.hs, data, (size_t)data_length);
-        if (rec.enc) rc = write_encrypted(w, z.stored, z.stored_len, rec.data_at, rec.nonce,
-                                          rec.hdr + rec.slots.macs_at, NULL);
-        else rc = writer_put(w, z.stored, z.stored_len, rec.data_at);
-    } else if (rec.enc) {
-        rc = write_encrypted(w, data, data_length, rec.data_at, rec.nonce, rec.hdr + rec.slots.macs_at, &rec.hs);
+        rc = rec.enc ? seal_put(w, &rec, z.stored, z.stored_len, 0, NULL, bounce)
+                     : writer_put(w, z.stored, z.stored_len, rec.data_at);
     } else if (data_length) {
-        tzr_hasher_update(&rec.hs, data, (size_t)data_length);
-        rc = writer_put(w, data, data_length, rec.data_at);
+        rc = writer_record_data(w, &rec, data, data_length, 0, bounce);
     }
+    if (bounce) memset(bounce, 0, TZR_CRYPT_CHUNK);
+    free(bounce);
     tzr_zdata_free(&z);
     int erc = writer_record_end(w, &rec, rc == 0);
     if (!rc) rc = erc;
