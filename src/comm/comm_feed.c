@@ -20,7 +20,6 @@ struct comm_feed {
     int verify;
     volatile int cancel;
     pthread_t th;
-    int started;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int finished, rc;
@@ -134,7 +133,6 @@ int comm_feed_start(comm_feed **out, tzr_reader *r, const comm_layout *L, tzr_si
         feed_free(f);
         return tzr_fail(TZR_ENOMEM, "cannot start the reading thread");
     }
-    f->started = 1;
     *out = f;
     return 0;
 }

@@ -28,4 +28,7 @@ TZR_HIDDEN int comm_table_from_reader(tzr_reader *r, uint8_t **blob, size_t *len
  * meta tensors zeroed. */
 TZR_HIDDEN int comm_layout_build(const uint8_t *blob, size_t len, int alloc_arena, comm_layout *out);
 TZR_HIDDEN void comm_layout_free(comm_layout *l); /* frees spans only */
+/* A table sink over the pieces' data (already where they go): host
+ * memory, or (device >= 0) device pointers on that CUDA device. */
+TZR_HIDDEN int comm_table_sink(const tzr_shard_result *res, int device, tzr_sink **out);
 #endif

@@ -3,13 +3,14 @@
  *
  * Broadcast and allgather move the concatenated tensor data (file order,
  * meta tensors excluded), which is also the layout of the result arena, so
- * every byte goes straight from the file or the network into its final
- * place. Broadcast: rank 0 reads chunk i into the arena and posts
- * MPI_Ibcast of it plus a status word; a window of chunks is in flight,
- * and every rank stops at the same chunk once a status says rank 0
- * failed. Allgather: in round j every rank reads the j-th chunk of its own
- * 1/N byte range, then an MPI_Iallreduce of the statuses and one
- * MPI_Ibcast per rank exchange them while the next round is read. */
+ * every byte goes straight from the pipeline or the network into its
+ * final place. The reading ranks run a comm_feed (tzr_load of their byte
+ * range into the arena) and comm_stream.c forwards each chunk once it is
+ * complete: broadcast posts MPI_Ibcast of it plus a status word, a window
+ * of chunks in flight, and every rank stops at the same chunk once a
+ * status says rank 0 failed; allgather, in round j, exchanges the j-th
+ * chunk of every rank's 1/N range (an MPI_Iallreduce of the statuses and
+ * one MPI_Ibcast per rank) while the next round is read. */
 #include "comm_internal.h"
 
 #include <stdio.h>
@@ -47,7 +48,6 @@ int tzr_comm_load(tzr_comm *c, const char *path, const tzr_comm_load_options *op
 #else
 #include "comm_feed.h"
 #include "comm_mpi.h"
-#include "reader_internal.h"
 #include "tzr_load.h"
 
 #include <time.h>
@@ -238,19 +238,6 @@ int comm_root_layout(tzr_comm *c, const char *path, const tzr_comm_load_options 
     return comm_agree(c, rc, o->timeout_s);
 }
 
-/* A host sink writing each tensor at its place in the result arena. */
-static int arena_sink(const comm_layout *L, tzr_sink **out) {
-    size_t n = L->res->count;
-    void **ptrs = malloc((n ? n : 1) * sizeof *ptrs);
-    uint64_t *lens = malloc((n ? n : 1) * sizeof *lens);
-    int rc = ptrs && lens ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < n; i++) ptrs[i] = L->res->pieces[i].data, lens[i] = L->res->pieces[i].nbytes;
-    if (!rc) rc = tzr_sink_host_table_new(out, ptrs, lens, n);
-    free(ptrs);
-    free(lens);
-    return rc;
-}
-
 /* ------------------------------------------------------------ modes */
 static int load_sharded(tzr_comm *c, const char *path, const tzr_comm_load_options *o, int rank, int size,
                         tzr_shard_result **out, uint64_t *bytes_read) {
@@ -272,7 +259,7 @@ static int load_independent(tzr_comm *c, const char *path, const tzr_comm_load_o
     comm_layout L = {0};
     int rc = comm_agree(c, comm_open_layout(path, o, 1, &r, &L), o->timeout_s);
     tzr_sink *sink = NULL;
-    if (!rc) rc = arena_sink(&L, &sink);
+    if (!rc) rc = comm_table_sink(L.res, -1, &sink);
     if (!rc) {
         tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
         lo.verify = o->verify;
@@ -301,7 +288,7 @@ static int load_streamed(tzr_comm *c, const char *path, const tzr_comm_load_opti
     comm_feed *feed = NULL;
     uint64_t lo = 0, len = L.stream;
     if (!rc && gather) comm_part(&L, c->size, c->rank, &lo, &len);
-    if (!rc && r) rc = arena_sink(&L, &sink);
+    if (!rc && r) rc = comm_table_sink(L.res, -1, &sink);
     if (!rc && r) rc = comm_feed_start(&feed, r, &L, sink, lo, lo + len, o->verify);
     rc = comm_agree(c, rc, o->timeout_s);
     if (!rc) rc = gather ? comm_gather_stream(c, feed, &L, o) : comm_bcast_stream(c, feed, &L, o);

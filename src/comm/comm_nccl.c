@@ -197,7 +197,6 @@ static int dev_bcast(dev_load *d, comm_feed *feed, const comm_layout *L) {
         rc = comm_wait(c, &rq[j % K], 1, d->o->timeout_s, "broadcast status", j);
     if (!rc) rc = stream_wait(d);
     if (!rc && failed) rc = c->rank == 0 ? failed : comm_peer_failed(c, "broadcast", i - 1);
-    if (c->rank == 0 && rc == failed && failed) comm_feed_wait(feed, 0, NULL, NULL); /* its message again */
     free(st), free(rq);
     return rc;
 }
@@ -238,7 +237,7 @@ static int dev_gather(dev_load *d, comm_feed *feed, const comm_layout *L) {
         if ((e = d->nc->ncclGroupEnd()) && !rc) rc = nccl_fail(d->nc, e, "ncclGroupEnd");
     }
     if (!rc) rc = stream_wait(d);
-    if (!rc && local) rc = comm_feed_wait(feed, 0, NULL, NULL); /* its code and message */
+    if (!rc && local) rc = local;
     if (!rc && agreed) rc = comm_peer_failed(c, "allgather", j);
     free(p0), free(pl);
     return rc;
@@ -253,19 +252,6 @@ static int zero_device(const tzr_cuda_api *cu, uint8_t *at, uint64_t len) {
         done += n;
     }
     return 0;
-}
-
-/* The CUDA table sink over the pieces (data already device pointers). */
-static int device_sink(const tzr_shard_result *res, int device, tzr_sink **out) {
-    size_t n = res->count;
-    void **ptrs = malloc((n ? n : 1) * sizeof *ptrs);
-    uint64_t *lens = malloc((n ? n : 1) * sizeof *lens);
-    int rc = ptrs && lens ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < n; i++) ptrs[i] = res->pieces[i].data, lens[i] = res->pieces[i].nbytes;
-    if (!rc) rc = tzr_sink_cuda_table_new(out, device, ptrs, lens, n);
-    free(ptrs);
-    free(lens);
-    return rc;
 }
 
 /* Every rank can use CUDA (and NCCL where the mode needs it), or every
@@ -294,6 +280,8 @@ int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_opti
     c->agreed_fail = c->peer_failed = 0;
     int whole = o.mode == TZR_COMM_BROADCAST || o.mode == TZR_COMM_ALLGATHER;
     int sharded = o.mode == TZR_COMM_SHARDED || (o.mode == TZR_COMM_INDEPENDENT && comm_ends_with_json(path));
+    /* a manifest in independent mode is every rank loading it whole */
+    int me = o.mode == TZR_COMM_SHARDED ? c->rank : 0, nranks = o.mode == TZR_COMM_SHARDED ? c->size : 1;
     if ((unsigned)o.mode >= TZR_COMM_MODES) return tzr_fail(TZR_EINVAL, "unknown mode %d", (int)o.mode);
     dev_load d = {c, &o, NULL, NULL, device, NULL, NULL, NULL};
     int rc = dev_setup(&d, whole);
@@ -309,9 +297,8 @@ int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_opti
         tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
         so.verify = o.verify;
         so.crypt = o.crypt;
-        int me = o.mode == TZR_COMM_SHARDED ? c->rank : 0, n = o.mode == TZR_COMM_SHARDED ? c->size : 1;
         rc = tzr_shard_open(&set, path, &so);
-        if (!rc) rc = shard_rank_layout(set, me, n, o.rules, &res, &total);
+        if (!rc) rc = shard_rank_layout(set, me, nranks, o.rules, &res, &total);
     } else {
         rc = o.mode == TZR_COMM_BROADCAST ? comm_root_layout(c, path, &o, 0, &r, &L)
                                           : comm_open_layout(path, &o, 0, &r, &L);
@@ -328,11 +315,10 @@ int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_opti
 
     tzr_sink *sink = NULL;
     uint64_t bytes_read = 0;
-    if (!rc && (r || set)) rc = device_sink(res, device, &sink);
+    if (!rc && (r || set)) rc = comm_table_sink(res, device, &sink);
     if (!rc && sharded) {
         tzr_load_stats st = {0};
-        int me = o.mode == TZR_COMM_SHARDED ? c->rank : 0, n = o.mode == TZR_COMM_SHARDED ? c->size : 1;
-        rc = tzr_shard_load_rank_into(set, me, n, o.rules, sink, NULL, &st);
+        rc = tzr_shard_load_rank_into(set, me, nranks, o.rules, sink, NULL, &st);
         bytes_read = st.bytes_read;
     } else if (!rc && o.mode == TZR_COMM_INDEPENDENT) {
         tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;

@@ -5,6 +5,7 @@
  *   u64 data_offset, u64 nbytes, u8 meta */
 #include "comm_internal.h"
 #include "mem.h"
+#include "tzr_load.h"
 
 #include <string.h>
 
@@ -69,6 +70,19 @@ static const uint8_t *take(cur *c, size_t n) {
 }
 static uint64_t get64(cur *c) { const uint8_t *p = take(c, 8); return p ? tzr_ld64(p) : 0; }
 static uint32_t get32(cur *c) { const uint8_t *p = take(c, 4); return p ? tzr_ld32(p) : 0; }
+
+int comm_table_sink(const tzr_shard_result *res, int device, tzr_sink **out) {
+    size_t n = res->count;
+    void **ptrs = malloc((n ? n : 1) * sizeof *ptrs);
+    uint64_t *lens = malloc((n ? n : 1) * sizeof *lens);
+    int rc = ptrs && lens ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++) ptrs[i] = res->pieces[i].data, lens[i] = res->pieces[i].nbytes;
+    if (!rc) rc = device < 0 ? tzr_sink_host_table_new(out, ptrs, lens, n)
+                             : tzr_sink_cuda_table_new(out, device, ptrs, lens, n);
+    free(ptrs);
+    free(lens);
+    return rc;
+}
 
 void comm_layout_free(comm_layout *l) {
     free(l->spans);
