@@ -15,17 +15,16 @@
  * them whole); whole global tensors loaded into host memory are also
  * checked against the manifest sha256. */
 #include "hash.h"
-#include "reader_internal.h"
 #include "mem.h"
+#include "reader_internal.h"
 #include "shard_internal.h"
 #include "tzr_load.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <unistd.h>
-
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 int tzr_shard_target(const tzr_shard_set *s, size_t i, int rank, int nranks, const char *rules, int *dim,
                      uint64_t *offset, uint64_t *length) {
@@ -317,8 +316,10 @@ static int check_headers(const tzr_shard_set *s, size_t i, int rank, int dim, ui
     return 0;
 }
 
-int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_sink *dest,
-                             const tzr_load_options *opt, tzr_load_stats *stats) {
+/* tzr_shard_load_rank_into; proven (may be NULL, else one byte per set
+ * tensor) gets which pieces the header checks proved. */
+static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_sink *dest,
+                          const tzr_load_options *opt, tzr_load_stats *stats, unsigned char *proven) {
     if (!s || !dest || nranks < 1 || rank < 0 || rank >= nranks)
         return tzr_fail(TZR_EINVAL, "load: bad set, sink or rank %d of %d", rank, nranks);
     size_t n = s->tb.n, nmap = 0;
@@ -385,8 +386,9 @@ int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char 
         free(j.map);
     }
     for (size_t i = 0; !rc && s->verify && i < n; i++) {
-        int proven;
-        if (want[i] && tg[i].info.nbytes) rc = check_headers(s, i, rank, tg[i].dim, tg[i].offset, tg[i].length, &proven);
+        int ok = 0;
+        if (want[i] && tg[i].info.nbytes) rc = check_headers(s, i, rank, tg[i].dim, tg[i].offset, tg[i].length, &ok);
+        if (proven) proven[i] = (unsigned char)ok;
     }
     for (size_t i = 0; !rc && i < n; i++)
         if (want[i] && dest->end_tensor) rc = dest->end_tensor(dest, i, &tg[i].info);
@@ -407,6 +409,11 @@ void tzr_shard_result_free(tzr_shard_result *r) {
     free(r->pieces);
     free(r->arena);
     free(r);
+}
+
+int tzr_shard_load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_sink *dest,
+                             const tzr_load_options *opt, tzr_load_stats *stats) {
+    return load_rank_into(s, rank, nranks, rules, dest, opt, stats, NULL);
 }
 
 static void *result_dest(void *ctx, size_t index, const tzr_tensor_info *t) {
@@ -438,21 +445,15 @@ static void *sha_worker(void *arg) {
     return NULL;
 }
 
-static int check_manifest_sha(const tzr_shard_set *s, int rank, const tzr_shard_result *res) {
+/* proven: from the load's header checks (load_rank_into). */
+static int check_manifest_sha(const tzr_shard_set *s, const tzr_shard_result *res, const unsigned char *proven) {
     unsigned char *todo = calloc(res->count ? res->count : 1, 1);
     if (!todo) return tzr_fail(TZR_ENOMEM, "out of memory");
     uint64_t bytes = 0;
     for (size_t i = 0; i < res->count; i++) {
         const shard_entry *e = &s->tb.t[i];
         const tzr_shard_piece *pc = &res->pieces[i];
-        int proven = 0;
-        if (!e->pub.has_sha256 || pc->nbytes != e->pub.nbytes || !pc->nbytes) continue;
-        int rc = check_headers(s, i, rank, pc->dim, pc->offset, pc->length, &proven);
-        if (rc) {
-            free(todo);
-            return rc;
-        }
-        if (proven) continue;
+        if (!e->pub.has_sha256 || pc->nbytes != e->pub.nbytes || !pc->nbytes || proven[i]) continue;
         todo[i] = 1;
         bytes += pc->nbytes;
     }
@@ -535,13 +536,16 @@ int tzr_shard_load_rank(tzr_shard_set *s, int rank, int nranks, const char *rule
         rc = tzr_fail(TZR_ENOMEM, "cannot allocate %llu bytes for rank %d", (unsigned long long)total, rank);
     for (size_t i = 0; i < res->count && !rc; i++)
         res->pieces[i].data = (uint8_t *)res->arena + (uintptr_t)res->pieces[i].data;
+    unsigned char *proven = rc ? NULL : calloc(res->count ? res->count : 1, 1);
+    if (!rc && !proven) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     tzr_sink *sink = NULL;
     if (!rc) rc = tzr_sink_host_new(&sink, result_dest, res);
     tzr_load_stats st;
-    if (!rc) rc = tzr_shard_load_rank_into(s, rank, nranks, rules, sink, NULL, &st);
+    if (!rc) rc = load_rank_into(s, rank, nranks, rules, sink, NULL, &st, proven);
     tzr_sink_free(sink);
     if (!rc) res->bytes_read = st.bytes_read;
-    if (!rc && s->verify) rc = check_manifest_sha(s, rank, res);
+    if (!rc && s->verify) rc = check_manifest_sha(s, res, proven);
+    free(proven);
     if (rc) {
         tzr_shard_result_free(res);
         return rc;
