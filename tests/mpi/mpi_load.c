@@ -55,6 +55,53 @@ static uint64_t result_digest(const tzr_shard_result *res) {
 
 static const uint8_t KEY[32] = "libtzr-mpi-test-key-0123456789a";
 
+/* Rank 0 compares every rank's load with the generator and prints the
+ * case's line: its status, tensor count and digest, whether copying the
+ * bytes back failed, and what it left allocated (device runs). */
+static int report(const char *label, int rc, uint64_t digest, uint64_t count, int copy_bad, uint64_t left,
+                  int sharded) {
+    uint64_t mine[5] = {(uint64_t)(int64_t)rc, digest, count, (uint64_t)copy_bad, left}, *all = NULL;
+    if (rank == 0) all = malloc(sizeof mine * (size_t)size);
+    MPI_Gather(mine, 5, MPI_UINT64_T, all, 5, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    int bad = 0;
+    if (rank == 0) {
+        char why[256] = "";
+        for (int q = 0; q < size && !bad; q++) {
+            const uint64_t *m = &all[5 * q];
+            if (m[0]) bad = snprintf(why, sizeof why, "rank %d returned %s", q, tzr_strerror((int)(int64_t)m[0]));
+            else if (m[3]) bad = snprintf(why, sizeof why, "rank %d: copying the device bytes back failed", q);
+            else if (m[2] != SM_COUNT) bad = snprintf(why, sizeof why, "rank %d got %llu tensors", q, (unsigned long long)m[2]);
+            else if (m[1] != expected_digest(q, sharded))
+                bad = snprintf(why, sizeof why, "rank %d bytes differ from the generator", q);
+            else if (m[4])
+                bad = snprintf(why, sizeof why, "rank %d left %llu device/pinned allocations or NCCL communicators", q,
+                               (unsigned long long)m[4]);
+        }
+        if (bad) printf("FAIL %s_np%d: %s\n", label, size, why);
+        else printf("PASS %s_np%d\n", label, size);
+        fflush(stdout);
+        free(all);
+    }
+    return bad;
+}
+
+/* A failure case's verdict: the failing rank (every rank: -1) returned
+ * want, the others TZR_ECOMM naming it, and (ok) nothing else is wrong. */
+static int fail_verdict(const char *label, int rc, int fail_rank, int want, int ok, double dt) {
+    char tag[32];
+    snprintf(tag, sizeof tag, "rank %d failed", fail_rank);
+    ok &= fail_rank < 0 || rank == fail_rank ? rc == want : rc == TZR_ECOMM && strstr(tzr_last_error(), tag) != NULL;
+    fprintf(stderr, "rank %d %s: rc %d in %.2fs: %s\n", rank, label, rc, dt, tzr_last_error());
+    int all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == 0) {
+        if (all_ok) printf("PASS %s_np%d\n", label, size);
+        else printf("FAIL %s_np%d: wrong code or message, or allocations left (see stderr)\n", label, size);
+        fflush(stdout);
+    }
+    return !all_ok;
+}
+
 static int run_mode(tzr_comm *c, const char *name, const char *path, tzr_comm_mode mode, size_t chunk, int sharded) {
     tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
     o.mode = mode;
@@ -65,32 +112,44 @@ static int run_mode(tzr_comm *c, const char *name, const char *path, tzr_comm_mo
     tzr_comm_stats st;
     int rc = tzr_comm_load(c, path, &o, &res, &st);
     if (rc) fprintf(stderr, "rank %d %s: %s\n", rank, name, tzr_last_error());
-    uint64_t mine[2] = {result_digest(res), (uint64_t)(res ? res->count : 0)}, *all = NULL;
-    if (rank == 0) all = malloc(sizeof mine * (size_t)size);
-    MPI_Gather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    int rcs[64] = {0};
-    MPI_Gather(&rc, 1, MPI_INT, rcs, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    int bad = 0;
-    if (rank == 0) {
-        char why[256] = "";
-        for (int q = 0; q < size && !bad; q++) {
-            if (rcs[q]) bad = snprintf(why, sizeof why, "rank %d returned %s", q, tzr_strerror(rcs[q]));
-            else if (all[2 * q + 1] != SM_COUNT) bad = snprintf(why, sizeof why, "rank %d got %llu tensors", q, (unsigned long long)all[2 * q + 1]);
-            else if (all[2 * q] != expected_digest(q, sharded))
-                bad = snprintf(why, sizeof why, "rank %d bytes differ from the generator", q);
-        }
-        if (bad) printf("FAIL %s_np%d: %s\n", name, size, why);
-        else printf("PASS %s_np%d\n", name, size);
-        fflush(stdout);
-        free(all);
-    }
+    int bad = report(name, rc, result_digest(res), res ? res->count : 0, 0, 0, sharded);
     tzr_shard_result_free(res);
     return bad;
 }
 
+typedef int (*run_fn)(tzr_comm *c, const char *name, const char *path, tzr_comm_mode mode, size_t chunk, int sharded);
+
 static void paths(const char *dir, const char *input, char *file, size_t fcap, char *man, size_t mcap) {
     snprintf(file, fcap, "%s/%s.tensors", dir, input);
     snprintf(man, mcap, "%s/%s8/model%s", dir, strcmp(input, "enc") == 0 ? "e" : "s", TZR_SHARD_MANIFEST_SUFFIX);
+}
+
+/* Every mode on every input: plain, encrypted, compressed; the shard sets
+ * (plain and encrypted) through the manifest modes. */
+static int every_input(tzr_comm *c, const char *dir, run_fn run) {
+    static const char *inputs[] = {"src", "enc", "zst"};
+    static const struct { const char *label; tzr_comm_mode mode; size_t chunk; } whole[] = {
+        {"independent", TZR_COMM_INDEPENDENT, 0},          {"broadcast", TZR_COMM_BROADCAST, 65536},
+        {"broadcast_1chunk", TZR_COMM_BROADCAST, 64 << 20}, {"broadcast_odd_chunk", TZR_COMM_BROADCAST, 100003},
+        {"allgather", TZR_COMM_ALLGATHER, 65536},          {"allgather_1chunk", TZR_COMM_ALLGATHER, 64 << 20},
+        {"allgather_odd_chunk", TZR_COMM_ALLGATHER, 100003}, {"sharded_plain_file", TZR_COMM_SHARDED, 0},
+    };
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        char src[600], man[700], n[64];
+        paths(dir, inputs[k], src, sizeof src, man, sizeof man);
+        for (size_t m = 0; m < sizeof whole / sizeof whole[0]; m++) {
+            snprintf(n, sizeof n, "%s_%s", whole[m].label, inputs[k]);
+            bad |= run(c, n, src, whole[m].mode, whole[m].chunk, 0);
+        }
+        if (k < 2) { /* shard sets: plain and encrypted */
+            snprintf(n, sizeof n, "independent_manifest_%s", inputs[k]);
+            bad |= run(c, n, man, TZR_COMM_INDEPENDENT, 0, 0);
+            snprintf(n, sizeof n, "sharded_%s", inputs[k]);
+            bad |= run(c, n, man, TZR_COMM_SHARDED, 0, 1);
+        }
+    }
+    return bad;
 }
 
 static int check(const char *dir) {
@@ -102,24 +161,7 @@ static int check(const char *dir) {
         return tzr_last_error_code() == TZR_ENOTSUP ? 77 : 1;
     }
     int bad = 0;
-    static const char *inputs[] = {"src", "enc", "zst"};
-    for (int k = 0; k < 3; k++) {
-        char src[600], man[700], n[64];
-        paths(dir, inputs[k], src, sizeof src, man, sizeof man);
-#define RUN(label, path, mode, chunk, sh) \
-    (snprintf(n, sizeof n, "%s_%s", label, inputs[k]), run_mode(c, n, path, mode, chunk, sh))
-        bad |= RUN("independent", src, TZR_COMM_INDEPENDENT, 0, 0);
-        bad |= RUN("broadcast", src, TZR_COMM_BROADCAST, 65536, 0);
-        bad |= RUN("broadcast_1chunk", src, TZR_COMM_BROADCAST, 64 << 20, 0);
-        bad |= RUN("allgather", src, TZR_COMM_ALLGATHER, 65536, 0);
-        bad |= RUN("allgather_odd_chunk", src, TZR_COMM_ALLGATHER, 100003, 0);
-        bad |= RUN("sharded_plain_file", src, TZR_COMM_SHARDED, 0, 0);
-        if (k < 2) { /* shard sets: plain and encrypted */
-            bad |= RUN("independent_manifest", man, TZR_COMM_INDEPENDENT, 0, 0);
-            bad |= RUN("sharded", man, TZR_COMM_SHARDED, 0, 1);
-        }
-#undef RUN
-    }
+    bad |= every_input(c, dir, run_mode);
     /* Without a GPU stack: TZR_ENODEV on every rank. */
     char src[600];
     snprintf(src, sizeof src, "%s/src.tensors", dir);
@@ -168,36 +210,15 @@ static int run_device(tzr_comm *c, const char *name, const char *path, tzr_comm_
     o.timeout_s = 60;
     if (strstr(name, "enc")) o.crypt.key = KEY;
     tzr_device_result *res = NULL;
-    int rc = tzr_comm_load_device(c, path, &o, 0, &res, NULL), copy_bad = 0;
+    int rc = tzr_comm_load_device(c, path, &o, 0, &res, NULL);
     if (rc) fprintf(stderr, "rank %d %s: %s\n", rank, name, tzr_last_error());
-    uint64_t mine[3] = {0, (uint64_t)(res ? res->count : 0), 0}, *all = NULL;
-    copy_bad = device_digest(res, &mine[0]);
+    uint64_t digest = 0, count = res ? res->count : 0;
+    int copy_bad = device_digest(res, &digest);
     tzr_device_result_free(res);
-    mine[2] = (uint64_t)dev_live(0) + (uint64_t)dev_live(1) + (uint64_t)(nccl_live ? nccl_live() : 0);
-    if (rank == 0) all = malloc(sizeof mine * (size_t)size);
-    MPI_Gather(mine, 3, MPI_UINT64_T, all, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    int rcs[64] = {0}, cbs[64] = {0};
-    MPI_Gather(&rc, 1, MPI_INT, rcs, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    MPI_Gather(&copy_bad, 1, MPI_INT, cbs, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    int bad = 0;
-    if (rank == 0) {
-        char why[256] = "";
-        for (int q = 0; q < size && !bad; q++) {
-            if (rcs[q]) bad = snprintf(why, sizeof why, "rank %d returned %s", q, tzr_strerror(rcs[q]));
-            else if (cbs[q]) bad = snprintf(why, sizeof why, "rank %d: copying the device bytes back failed", q);
-            else if (all[3 * q + 1] != SM_COUNT) bad = snprintf(why, sizeof why, "rank %d got %llu tensors", q, (unsigned long long)all[3 * q + 1]);
-            else if (all[3 * q] != expected_digest(q, sharded))
-                bad = snprintf(why, sizeof why, "rank %d device bytes differ from the generator", q);
-            else if (all[3 * q + 2])
-                bad = snprintf(why, sizeof why, "rank %d left %llu device/pinned allocations or NCCL communicators", q,
-                               (unsigned long long)all[3 * q + 2]);
-        }
-        if (bad) printf("FAIL device_%s_np%d: %s\n", name, size, why);
-        else printf("PASS device_%s_np%d\n", name, size);
-        fflush(stdout);
-        free(all);
-    }
-    return bad;
+    uint64_t left = (uint64_t)dev_live(0) + (uint64_t)dev_live(1) + (uint64_t)nccl_live();
+    char label[96];
+    snprintf(label, sizeof label, "device_%s", name);
+    return report(label, rc, digest, count, copy_bad, left, sharded);
 }
 
 /* A device failure case: the failing rank returns want, the others
@@ -211,20 +232,12 @@ static int fail_device(tzr_comm *c, const char *name, const char *path, tzr_comm
     double t0 = MPI_Wtime();
     int rc = tzr_comm_load_device(c, path, &o, 0, &res, NULL);
     double dt = MPI_Wtime() - t0;
-    char tag[32];
-    snprintf(tag, sizeof tag, "rank %d failed", fail_rank);
-    int ok = fail_rank < 0 || rank == fail_rank ? rc == want : rc == TZR_ECOMM && strstr(tzr_last_error(), tag) != NULL;
-    fprintf(stderr, "rank %d device %s: rc %d in %.2fs: %s\n", rank, name, rc, dt, tzr_last_error());
+    char label[96];
+    snprintf(label, sizeof label, "device_fail_%s", name);
+    int none_left = res == NULL; /* a failed load hands out no result */
     tzr_device_result_free(res);
-    ok &= res == NULL && dev_live(0) == 0 && dev_live(1) == 0 && (!nccl_live || nccl_live() == 0);
-    int all_ok = 0;
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (rank == 0) {
-        if (all_ok) printf("PASS device_fail_%s_np%d\n", name, size);
-        else printf("FAIL device_fail_%s_np%d: wrong code or message, or allocations left (see stderr)\n", name, size);
-        fflush(stdout);
-    }
-    return !all_ok;
+    none_left &= dev_live(0) == 0 && dev_live(1) == 0 && nccl_live() == 0;
+    return fail_verdict(label, rc, fail_rank, want, none_left, dt);
 }
 
 static int device(const char *dir) {
@@ -242,24 +255,7 @@ static int device(const char *dir) {
         return 1;
     }
     int bad = 0;
-    static const char *inputs[] = {"src", "enc", "zst"};
-    for (int k = 0; k < 3; k++) {
-        char src[600], man[700], n[64];
-        paths(dir, inputs[k], src, sizeof src, man, sizeof man);
-#define RUN(label, path, mode, chunk, sh) \
-    (snprintf(n, sizeof n, "%s_%s", label, inputs[k]), run_device(c, n, path, mode, chunk, sh))
-        bad |= RUN("independent", src, TZR_COMM_INDEPENDENT, 0, 0);
-        bad |= RUN("broadcast", src, TZR_COMM_BROADCAST, 65536, 0);
-        bad |= RUN("broadcast_odd_chunk", src, TZR_COMM_BROADCAST, 100003, 0);
-        bad |= RUN("allgather", src, TZR_COMM_ALLGATHER, 65536, 0);
-        bad |= RUN("allgather_1chunk", src, TZR_COMM_ALLGATHER, 64 << 20, 0);
-        bad |= RUN("sharded_plain_file", src, TZR_COMM_SHARDED, 0, 0);
-        if (k < 2) {
-            bad |= RUN("independent_manifest", man, TZR_COMM_INDEPENDENT, 0, 0);
-            bad |= RUN("sharded", man, TZR_COMM_SHARDED, 0, 1);
-        }
-#undef RUN
-    }
+    bad |= every_input(c, dir, run_device);
     char bad_path[600], missing[600];
     snprintf(bad_path, sizeof bad_path, "%s/bad.tensors", dir);
     snprintf(missing, sizeof missing, "%s/nope.tensors", dir);
@@ -288,21 +284,12 @@ static int fail_case(tzr_comm *c, const char *name, const char *path, tzr_comm_m
     double t0 = MPI_Wtime();
     int rc = tzr_comm_load(c, path, &o, &res, NULL);
     double dt = MPI_Wtime() - t0;
-    char tag[32];
-    snprintf(tag, sizeof tag, "rank %d failed", fail_rank);
-    int ok = fail_rank < 0 || rank == fail_rank ? rc == want
-                                                : rc == TZR_ECOMM && strstr(tzr_last_error(), tag) != NULL;
-    fprintf(stderr, "rank %d %s: rc %d in %.2fs: %s\n", rank, name, rc, dt, tzr_last_error());
+    char label[96];
+    snprintf(label, sizeof label, "fail_%s", name);
+    int none_left = res == NULL;
     tzr_shard_result_free(res);
-    int all_ok = 0;
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (rank == 0) {
-        if (all_ok) printf("PASS fail_%s_np%d\n", name, size);
-        else printf("FAIL fail_%s_np%d: some rank returned the wrong code or message (see stderr)\n", name, size);
-        fflush(stdout);
-    }
     /* the communicator is still usable after an agreed failure */
-    return !all_ok;
+    return fail_verdict(label, rc, fail_rank, want, none_left, dt);
 }
 
 static int fail(const char *dir) {
