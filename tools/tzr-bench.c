@@ -248,31 +248,17 @@ static int write_job_run(const write_job *j) {
     return j->smallpath ? write_small(j->smallpath, j->c->small) : write_checkpoints(j->c, j->tpath, j->spath);
 }
 
+static int write_child(void *ctx, void *out) {
+    int rc = write_job_run(ctx);
+    snprintf(out, 1024, "%s", rc ? tzr_last_error() : "");
+    return rc;
+}
+
 static int write_in_child(const write_job *j) {
-    int fds[2];
-    if (pipe(fds)) return write_job_run(j);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return write_job_run(j);
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        int rc = write_job_run(j);
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", rc ? tzr_last_error() : "");
-        if (write(fds[1], &rc, sizeof rc) != (ssize_t)sizeof rc || write(fds[1], msg, sizeof msg) != (ssize_t)sizeof msg)
-            _exit(3);
-        _exit(0);
-    }
-    close(fds[1]);
-    int rc = TZR_EIO;
-    char msg[1024] = "writer process died";
-    if (read(fds[0], &rc, sizeof rc) != (ssize_t)sizeof rc || read(fds[0], msg, sizeof msg) != (ssize_t)sizeof msg)
-        rc = TZR_EIO;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
+    char msg[1024] = "";
+    int rc = 0, how = cli_run_child(write_child, (void *)j, msg, sizeof msg, &rc, NULL);
+    if (how == CLI_CHILD_NOT_STARTED) return write_job_run(j);
+    if (how == CLI_CHILD_DIED) return tzr_set_error(TZR_EIO, "writer process died");
     if (rc) tzr_set_error(rc, "%s", msg);
     return rc;
 }
@@ -415,44 +401,44 @@ static int run_case(const cfg *c, case_kind k, const char *path, uint64_t *bytes
     return rc;
 }
 
+typedef struct child_case {
+    const cfg *c;
+    case_kind k;
+    const char *path;
+} child_case;
+
+static int child_measure(void *ctx, void *out) {
+    const child_case *cc = ctx;
+    result *res = out;
+    memset(res, 0, sizeof *res);
+    double t0 = cli_now();
+    if (cc->k == C_H2D) { /* CUDA only ever runs in children: contexts do not survive fork */
+        double gbps = 0;
+        res->bytes = (uint64_t)8 * (256 << 20);
+        res->rc = tzr_cuda_h2d_bandwidth(0, 256 << 20, 8, &gbps);
+        res->seconds = gbps > 0 ? (double)res->bytes / (gbps * 1e9) : 0;
+    } else {
+        res->rc = run_case(cc->c, cc->k, cc->path, &res->bytes, res);
+        res->seconds = cli_now() - t0;
+    }
+    if (res->rc) snprintf(res->err, sizeof res->err, "%s", tzr_last_error());
+    return 0;
+}
+
 /* One case in a child process: seconds, bytes and that child's peak RSS. */
 static result measure(const cfg *c, case_kind k, const char *path, int cold) {
     result best = {0};
     best.rc = 1;
+    child_case cc = {c, k, path};
     for (int rep = 0; rep < c->repeat; rep++) {
         if (cold) drop_cache(path);
-        int fds[2];
-        if (pipe(fds)) break;
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(fds[0]);
-            result res = {0};
-            double t0 = cli_now();
-            if (k == C_H2D) { /* CUDA only ever runs in children: contexts do not survive fork */
-                double gbps = 0;
-                res.bytes = (uint64_t)8 * (256 << 20);
-                res.rc = tzr_cuda_h2d_bandwidth(0, 256 << 20, 8, &gbps);
-                res.seconds = gbps > 0 ? (double)res.bytes / (gbps * 1e9) : 0;
-            } else {
-                res.rc = run_case(c, k, path, &res.bytes, &res);
-                res.seconds = cli_now() - t0;
-            }
-            if (res.rc) snprintf(res.err, sizeof res.err, "%s", tzr_last_error());
-            if (write(fds[1], &res, sizeof res) != (ssize_t)sizeof res) _exit(3);
-            _exit(0);
-        }
-        close(fds[1]);
         result res;
-        ssize_t got = read(fds[0], &res, sizeof res);
-        close(fds[0]);
-        int status;
-        struct rusage ru;
-        wait4(pid, &status, 0, &ru);
-        if (got != (ssize_t)sizeof res) {
-            snprintf(best.err, sizeof best.err, "child died (status %d)", status);
+        long rss = 0;
+        if (cli_run_child(child_measure, &cc, &res, sizeof res, NULL, &rss) != CLI_CHILD_OK) {
+            snprintf(best.err, sizeof best.err, "child died");
             break;
         }
-        res.maxrss_kib = ru.ru_maxrss;
+        res.maxrss_kib = rss;
         if (res.rc) {
             best = res;
             break;

@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -74,6 +72,17 @@ static int run_case(int k, const char *in, const char *out, const uint8_t *key, 
     return rc;
 }
 
+typedef struct write_case {
+    int k;
+    const char *in, *out;
+    const uint8_t *key;
+} write_case;
+
+static int child_case(void *ctx, void *out) {
+    const write_case *wc = ctx;
+    return run_case(wc->k, wc->in, wc->out, wc->key, out);
+}
+
 int bench_write_main(int argc, char **argv) {
     const char *in = NULL, *dir = "/tmp", *key_file = NULL;
     int repeat = 3;
@@ -116,30 +125,17 @@ int bench_write_main(int argc, char **argv) {
     long rss[NCASES] = {0};
     for (int rep = 0; rep < repeat; rep++)
         for (int k = 0; k < NCASES; k++) {
-            int fd[2];
-            if (pipe(fd)) return EXIT_FAIL;
-            pid_t pid = fork();
-            if (pid == 0) {
-                close(fd[0]);
-                double s = 0;
-                int rc = run_case(k, in, out, key, &s);
-                if (write(fd[1], &s, sizeof s) != (ssize_t)sizeof s) rc = 1;
-                _exit(rc ? 1 : 0);
-            }
-            close(fd[1]);
+            write_case wc = {k, in, out, key};
             double s = 0;
-            ssize_t got = read(fd[0], &s, sizeof s);
-            close(fd[0]);
-            int st = 0;
-            struct rusage ru;
-            wait4(pid, &st, 0, &ru);
-            if (got != (ssize_t)sizeof s || !WIFEXITED(st) || WEXITSTATUS(st)) {
+            long kib = 0;
+            int rc = 1;
+            if (cli_run_child(child_case, &wc, &s, sizeof s, &rc, &kib) != CLI_CHILD_OK || rc) {
                 fprintf(stderr, "bench --write: case '%s' failed\n", case_names[k]);
                 unlink(out);
                 return EXIT_FAIL;
             }
             if (!best[k] || s < best[k]) best[k] = s;
-            if (ru.ru_maxrss > rss[k]) rss[k] = ru.ru_maxrss;
+            if (kib > rss[k]) rss[k] = kib;
             unlink(out);
         }
     printf("%s: %.0f MiB of tensor data, best of %d, output in %s\n", in, bytes / 1048576.0, repeat, dir);

@@ -1,6 +1,8 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <fnmatch.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -253,4 +255,33 @@ int cli_int_list(const char *opt, const char *s, int lo, int hi, long *out, int 
         if (!comma) return n + 1;
         p = comma + 1;
     }
+}
+
+int cli_run_child(int (*fn)(void *ctx, void *out), void *ctx, void *out, size_t out_len, int *status,
+                  long *maxrss_kib) {
+    int fds[2];
+    if (pipe(fds)) return CLI_CHILD_NOT_STARTED;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]), close(fds[1]);
+        return CLI_CHILD_NOT_STARTED;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        int rc = fn(ctx, out);
+        if (write(fds[1], &rc, sizeof rc) != (ssize_t)sizeof rc || write(fds[1], out, out_len) != (ssize_t)out_len)
+            _exit(3);
+        _exit(0);
+    }
+    close(fds[1]);
+    int rc = 0;
+    ssize_t got = read(fds[0], &rc, sizeof rc), got_out = got == (ssize_t)sizeof rc ? read(fds[0], out, out_len) : 0;
+    close(fds[0]);
+    int wst;
+    struct rusage ru;
+    wait4(pid, &wst, 0, &ru);
+    if (maxrss_kib) *maxrss_kib = ru.ru_maxrss;
+    if (got != (ssize_t)sizeof rc || got_out != (ssize_t)out_len) return CLI_CHILD_DIED;
+    if (status) *status = rc;
+    return CLI_CHILD_OK;
 }

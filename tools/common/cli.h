@@ -52,6 +52,15 @@ void cli_progress_begin(cli_progress *p, const char *label, uint64_t total);
 void cli_progress_update(cli_progress *p, uint64_t done);
 void cli_progress_end(cli_progress *p);
 double cli_now(void);
+/* Benchmarks: run fn(ctx, out) in a child process (its peak RSS is its
+ * own; CUDA contexts never cross a fork), copy the out_len bytes it filled
+ * back into out, and give fn's return value in *status and the child's
+ * peak RSS in KiB (either may be NULL). Returns CLI_CHILD_OK, or
+ * CLI_CHILD_NOT_STARTED (no pipe or fork; nothing ran) or CLI_CHILD_DIED
+ * (it ended without reporting). */
+enum { CLI_CHILD_OK = 0, CLI_CHILD_NOT_STARTED = 1, CLI_CHILD_DIED = 2 };
+int cli_run_child(int (*fn)(void *ctx, void *out), void *ctx, void *out, size_t out_len, int *status,
+                  long *maxrss_kib);
 
 /* Strict option values: the whole of s must be the number, in [lo, hi];
  * anything else (empty, a sign where none is allowed, spaces, a trailing
