@@ -73,6 +73,12 @@ TZR_API int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, in
 /* Add a tensor; data is the local slice (global shape with `dim` replaced
  * by `length`), row-major. */
 TZR_API int tzr_shard_writer_add(tzr_shard_writer *w, const tzr_shard_tensor_desc *d, const void *data);
+/* The same with the slice's bytes read from src at offset, on the shard
+ * file writer's threads (tzr_writer_add_from); src must stay open until
+ * close or abort. No whole-tensor sha256 is recorded unless d gives one:
+ * the slice's header SHA-256 in the manifest proves its bytes. */
+TZR_API int tzr_shard_writer_add_from(tzr_shard_writer *w, const tzr_shard_tensor_desc *d, tzr_source *src,
+                                      uint64_t offset);
 /* Finish the shard file and write its sidecar; frees w. */
 TZR_API int tzr_shard_writer_close(tzr_shard_writer *w);
 TZR_API void tzr_shard_writer_abort(tzr_shard_writer *w);
@@ -112,6 +118,12 @@ typedef struct tzr_shard_splitter tzr_shard_splitter;
 TZR_API int tzr_shard_splitter_open(tzr_shard_splitter **out, const char *prefix, int nshards, const char *rules,
                                     const tzr_shard_split_options *opt);
 TZR_API int tzr_shard_splitter_add(tzr_shard_splitter *s, const tzr_tensor_desc *d, const void *data);
+/* The same with the tensor's bytes read from src at offset by the shard
+ * writers' threads, slice by slice, with no copy of the whole tensor in
+ * memory; src must stay open until close or abort. The manifest records
+ * each slice's header SHA-256 (no whole-tensor sha256). */
+TZR_API int tzr_shard_splitter_add_from(tzr_shard_splitter *s, const tzr_tensor_desc *d, tzr_source *src,
+                                        uint64_t offset);
 TZR_API int tzr_shard_splitter_close(tzr_shard_splitter *s);
 TZR_API void tzr_shard_splitter_abort(tzr_shard_splitter *s);
 

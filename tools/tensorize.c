@@ -134,16 +134,15 @@ static int out_add(out_files *o, const tzr_tensor_desc *d, const void *data) {
     return o->sp ? tzr_shard_splitter_add(o->sp, d, data) : tzr_writer_add(o->w, d, data);
 }
 
-/* A plain writer reads safetensors tensors itself, piece by piece on its
- * workers (tzr_writer_add_from): no mapping of the input is faulted in, so
- * memory stays flat whatever the model size. The splitter cuts tensors
- * in memory and takes them from the mapping. */
+/* The writer (or each shard writer) reads safetensors tensors itself,
+ * piece by piece on its workers (tzr_writer_add_from): no mapping of the
+ * input is faulted in, so memory stays flat whatever the model size. */
 static int add_safetensors(out_files *w, const char *path, progress_state *ps) {
     tzr_st_file *f;
     int rc = tzr_st_open(&f, path);
     if (rc) return rc;
     tzr_source *src = NULL;
-    if (!w->sp && w->nsrcs < (int)(sizeof w->srcs / sizeof w->srcs[0])) {
+    if (w->nsrcs < (int)(sizeof w->srcs / sizeof w->srcs[0])) {
         if ((rc = tzr_source_open_file(&src, path, 0))) {
             tzr_st_free(f);
             return rc;
@@ -163,7 +162,9 @@ static int add_safetensors(out_files *w, const char *path, progress_state *ps) {
         d.dtype = t->dtype;
         d.ndim = t->ndim;
         d.shape = t->shape;
-        rc = src ? tzr_writer_add_from(w->w, &d, src, t->data_offset) : out_add(w, &d, tzr_st_data(f, i));
+        if (!src) rc = out_add(w, &d, tzr_st_data(f, i));
+        else if (w->sp) rc = tzr_shard_splitter_add_from(w->sp, &d, src, t->data_offset);
+        else rc = tzr_writer_add_from(w->w, &d, src, t->data_offset);
         ps->done += t->nbytes;
         if (!ps->quiet) cli_progress_update(&ps->bar, ps->done);
     }

@@ -74,6 +74,11 @@ TZR_HIDDEN int tzr_opts_take(void *copy, size_t ours, size_t first, const void *
 /* The SHA-256 value written in the header of the last tensor added (it
  * covers the hashable header and the data: what a verifying reader checks). */
 TZR_HIDDEN void tzr_writer_last_sha256(const tzr_writer *w, uint8_t out[32]);
+/* tzr_writer_add_from that also reports the tensor's header SHA-256 into
+ * sha_out (32 bytes the caller keeps) once its record is written: by
+ * tzr_writer_close at the latest. */
+TZR_HIDDEN int tzr_writer_add_from_sha(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src, uint64_t offset,
+                                       uint8_t sha_out[32]);
 
 /* Overflow-checked arithmetic: return 0 on overflow. */
 static inline int tzr_add_ok(uint64_t a, uint64_t b, uint64_t *out) {

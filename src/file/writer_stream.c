@@ -21,6 +21,7 @@ struct write_job {
     writer_record rec;
     tzr_source *src;
     uint64_t src_off;
+    uint8_t *sha_out; /* NULL, or where the header SHA-256 goes once written */
     char name[TZR_NAMEBUF];
     write_job *next;
 };
@@ -43,6 +44,7 @@ static int run_job(tzr_writer *w, write_job *j, uint8_t *buf, uint8_t *bounce) {
         off += n;
     }
     int erc = writer_record_end(w, &j->rec, rc == 0);
+    if (!rc && !erc && j->sha_out) memcpy(j->sha_out, j->rec.sha256, 32);
     return rc ? rc : erc;
 }
 
@@ -138,12 +140,21 @@ static int add_whole(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src, u
 }
 
 int tzr_writer_add_from(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src, uint64_t offset) {
+    return tzr_writer_add_from_sha(w, d, src, offset, NULL);
+}
+
+int tzr_writer_add_from_sha(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src, uint64_t offset,
+                            uint8_t sha_out[32]) {
     if (!w || !d || !src) return tzr_fail(TZR_EINVAL, "NULL writer, tensor or source");
     if (w->failed) return tzr_fail(TZR_ECANCELED, "%s: an earlier write failed", w->out->name);
     writer_record rec;
     int rc = writer_record_begin(w, d, 1, NULL, &rec); /* checks only */
     if (rc) return rc;
-    if (w->compress && rec.data_length) return add_whole(w, d, src, offset, rec.data_length);
+    if ((w->compress && rec.data_length) || !rec.data_length) { /* nothing to stream */
+        rc = add_whole(w, d, src, offset, rec.data_length);
+        if (!rc && sha_out) tzr_writer_last_sha256(w, sha_out);
+        return rc;
+    }
     if (!w->workers && (rc = start_workers(w))) return rc;
     write_job *j = calloc(1, sizeof *j);
     if (!j) return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -166,6 +177,7 @@ int tzr_writer_add_from(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src
     }
     j->src = src;
     j->src_off = offset;
+    j->sha_out = sha_out;
     tzr_printable(d->name, d->name_len, j->name, sizeof j->name);
     pthread_mutex_lock(&w->jlock);
     if (w->qtail) w->qtail->next = j;

@@ -70,6 +70,12 @@ TZR_HIDDEN int shard_rules_match(const shard_rules *r, const char *name, size_t 
  * dimension the tensor lacks is TZR_EINVAL, naming the rule and tensor. */
 TZR_HIDDEN int shard_rules_pick(const shard_rules *r, const char *name, size_t name_len, uint32_t ndim, int *dim);
 
+/* A source over one slice of a tensor in base, cut along a dimension
+ * other than the first: `outer` runs of `run` bytes, the first at input
+ * offset `first`, one every `stride` bytes. base must outlive it. */
+TZR_HIDDEN int shard_slice_source_open(tzr_source **out, tzr_source *base, uint64_t first, uint64_t outer,
+                                       uint64_t run, uint64_t stride);
+
 /* The set handle. */
 struct tzr_shard_set {
     shard_table tb;

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Copy the slice [off, off+len) of dim d out of a row-major tensor. */
 static void extract(uint8_t *dst, const uint8_t *src, uint32_t ndim, const uint64_t *shape, uint32_t itemsize,
@@ -43,12 +44,22 @@ struct tzr_shard_splitter {
     char *prefix;
     uint8_t *part; /* one slice at a time */
     size_t part_cap;
+    tzr_source **views; /* strided slices the shard writers read until close */
+    size_t nviews, views_cap;
 };
+
+static void free_views(tzr_shard_splitter *s) {
+    for (size_t i = 0; i < s->nviews; i++) s->views[i]->destroy(s->views[i]);
+    free(s->views);
+    s->views = NULL;
+    s->nviews = s->views_cap = 0;
+}
 
 void tzr_shard_splitter_abort(tzr_shard_splitter *s) {
     if (!s) return;
     TZR_KEEP_ERROR;
     for (int k = 0; s->w && k < s->n; k++) tzr_shard_writer_abort(s->w[k]);
+    free_views(s); /* after the writers: their threads read from these */
     free(s->w);
     shard_rules_free(&s->rules);
     free(s->prefix);
@@ -73,7 +84,15 @@ int tzr_shard_splitter_open(tzr_shard_splitter **out, const char *prefix, int ns
         rc = tzr_fail(TZR_ENOMEM, "out of memory");
     tzr_shard_writer_options wo = TZR_SHARD_WRITER_OPTIONS_INIT;
     wo.metadata_size = o.metadata_size;
-    wo.file = o.file;
+    /* The shard files are written at once, so their writers share the
+     * CPUs: each streams with CPUs / N threads (at least one). */
+    tzr_writer_options fo = TZR_WRITER_OPTIONS_INIT;
+    if (!rc && o.file && TZR_OPTS(tzr_writer_options, fo, o.file, offsetof(tzr_writer_options, compression)))
+        rc = TZR_EINVAL;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!fo.threads && fo.compression == TZR_COMPRESSION_NONE)
+        fo.threads = cpus / nshards > 1 ? (int)(cpus / nshards) : 1;
+    wo.file = &fo;
     for (int k = 0; k < nshards && !rc; k++) rc = tzr_shard_writer_open(&s->w[k], prefix, k, nshards, &wo);
     if (rc) {
         tzr_shard_splitter_abort(s);
@@ -83,29 +102,47 @@ int tzr_shard_splitter_open(tzr_shard_splitter **out, const char *prefix, int ns
     return 0;
 }
 
-int tzr_shard_splitter_add(tzr_shard_splitter *s, const tzr_tensor_desc *t, const void *data) {
+/* How t is cut: its dtype, item size, byte size and split dim. */
+typedef struct split_plan {
+    const char *dstr;
+    size_t dlen;
+    tzr_dtype dtype;
+    uint32_t itemsize;
+    uint64_t nbytes;
+    int dim;
+} split_plan;
+
+static int plan_tensor(const tzr_shard_splitter *s, const tzr_tensor_desc *t, split_plan *p) {
     if (!s || !t || !t->name || t->ndim > TZR_MAX_DIMS) return tzr_fail(TZR_EINVAL, "split: bad tensor description");
-    tzr_tensor_info info = {0}; /* what the rules and the default rule look at */
-    uint32_t itemsize = 0;
     int opaque = 0;
-    tzr_dtype dtype = t->dtype;
-    const char *dstr = t->dtype_str;
-    size_t dlen = t->dtype_len;
-    if (!dstr && !(dstr = tzr_dtype_string(t->dtype, &dlen))) return tzr_fail(TZR_EINVAL, "split: tensor without dtype");
-    int rc = tzr_dtype_parse(dstr, dlen, &dtype, &itemsize, &opaque);
+    p->dtype = t->dtype;
+    p->dstr = t->dtype_str;
+    p->dlen = t->dtype_len;
+    if (!p->dstr && !(p->dstr = tzr_dtype_string(t->dtype, &p->dlen)))
+        return tzr_fail(TZR_EINVAL, "split: tensor without dtype");
+    int rc = tzr_dtype_parse(p->dstr, p->dlen, &p->dtype, &p->itemsize, &opaque);
     if (rc) return rc;
-    uint64_t nbytes = itemsize;
+    p->nbytes = p->itemsize;
     for (uint32_t d = 0; d < t->ndim; d++)
-        if (!tzr_mul_ok(nbytes, t->shape[d], &nbytes)) return tzr_fail(TZR_ELIMIT, "split: shape overflows");
+        if (!tzr_mul_ok(p->nbytes, t->shape[d], &p->nbytes)) return tzr_fail(TZR_ELIMIT, "split: shape overflows");
+    tzr_tensor_info info = {0}; /* what the rules and the default rule look at */
     info.name = t->name;
     info.name_len = t->name_len;
     info.ndim = t->ndim;
     info.shape = t->shape;
-    info.nbytes = nbytes;
-    int dim;
-    int picked = shard_rules_pick(&s->rules, t->name, t->name_len, t->ndim, &dim);
+    info.nbytes = p->nbytes;
+    int picked = shard_rules_pick(&s->rules, t->name, t->name_len, t->ndim, &p->dim);
     if (picked < 0) return picked; /* a rule naming a dimension the tensor lacks */
-    dim = pick_dim(&s->rules, &info, s->n, s->min_bytes);
+    p->dim = pick_dim(&s->rules, &info, s->n, s->min_bytes);
+    return 0;
+}
+
+int tzr_shard_splitter_add(tzr_shard_splitter *s, const tzr_tensor_desc *t, const void *data) {
+    split_plan p;
+    int rc = plan_tensor(s, t, &p);
+    if (rc) return rc;
+    uint64_t nbytes = p.nbytes;
+    int dim = p.dim;
     uint8_t *zeros = NULL;
     if (t->meta || !data) { /* meta tensors are written as zeros */
         if (!(zeros = calloc(1, nbytes ? (size_t)nbytes : 1))) return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -120,16 +157,59 @@ int tzr_shard_splitter_add(tzr_shard_splitter *s, const tzr_tensor_desc *t, cons
         else s->part_cap = (size_t)nbytes;
     }
     for (int k = 0; k < s->n && !rc; k++) {
-        tzr_shard_tensor_desc d = {t->name, t->name_len, dstr, dlen, dtype, t->ndim, t->shape, dim, 0, 0, sha};
+        tzr_shard_tensor_desc d = {t->name, t->name_len, p.dstr, p.dlen, p.dtype, t->ndim, t->shape, dim, 0, 0, sha};
         const uint8_t *src = data;
         if (dim != TZR_SHARD_REPLICATED) {
             tzr_shard_chunk(t->shape[dim], s->n, k, &d.offset, &d.length);
-            extract(s->part, data, t->ndim, t->shape, itemsize, dim, d.offset, d.length);
+            extract(s->part, data, t->ndim, t->shape, p.itemsize, dim, d.offset, d.length);
             src = s->part;
         }
         rc = tzr_shard_writer_add(s->w[k], &d, src);
     }
     free(zeros);
+    return rc;
+}
+
+static int keep_view(tzr_shard_splitter *s, tzr_source *v) {
+    if (s->nviews == s->views_cap) {
+        size_t cap = s->views_cap ? 2 * s->views_cap : 64;
+        tzr_source **g = realloc(s->views, cap * sizeof *g);
+        if (!g) {
+            v->destroy(v);
+            return tzr_fail(TZR_ENOMEM, "out of memory");
+        }
+        s->views = g;
+        s->views_cap = cap;
+    }
+    s->views[s->nviews++] = v;
+    return 0;
+}
+
+int tzr_shard_splitter_add_from(tzr_shard_splitter *s, const tzr_tensor_desc *t, tzr_source *src, uint64_t offset) {
+    if (!src) return tzr_fail(TZR_EINVAL, "split: NULL source");
+    split_plan p;
+    int rc = plan_tensor(s, t, &p);
+    if (rc) return rc;
+    if (t->meta) return tzr_shard_splitter_add(s, t, NULL);
+    uint64_t outer = 1, inner = p.itemsize;
+    for (int j = 0; p.dim != TZR_SHARD_REPLICATED && j < p.dim; j++) outer *= t->shape[j];
+    for (uint32_t j = (uint32_t)p.dim + 1; p.dim != TZR_SHARD_REPLICATED && j < t->ndim; j++) inner *= t->shape[j];
+    for (int k = 0; k < s->n && !rc; k++) {
+        tzr_shard_tensor_desc d = {t->name, t->name_len, p.dstr, p.dlen, p.dtype, t->ndim, t->shape, p.dim, 0, 0, NULL};
+        tzr_source *from = src;
+        uint64_t at = offset;
+        if (p.dim != TZR_SHARD_REPLICATED) {
+            tzr_shard_chunk(t->shape[p.dim], s->n, k, &d.offset, &d.length);
+            at = offset + d.offset * inner; /* a contiguous slice when no dimension is outside it */
+            if (outer > 1 && d.length) {
+                if ((rc = shard_slice_source_open(&from, src, at, outer, d.length * inner, t->shape[p.dim] * inner)) ||
+                    (rc = keep_view(s, from)))
+                    break;
+                at = 0;
+            }
+        }
+        rc = tzr_shard_writer_add_from(s->w[k], &d, from, at);
+    }
     return rc;
 }
 
@@ -141,6 +221,7 @@ int tzr_shard_splitter_close(tzr_shard_splitter *s) {
         else rc = tzr_shard_writer_close(s->w[k]);
         s->w[k] = NULL;
     }
+    free_views(s); /* the writers are closed: nothing reads them now */
     if (!rc) rc = tzr_shard_manifest_build(s->prefix, s->n);
     tzr_shard_splitter_abort(s); /* frees what is left */
     return rc;

@@ -8,12 +8,29 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* The header SHA-256 of a tensor streamed by the writer's workers, known
+ * once its record is written: copied into its slice at close. */
+typedef struct pending_sha {
+    size_t entry;
+    uint8_t sha[32];
+    struct pending_sha *next;
+} pending_sha;
+
 struct tzr_shard_writer {
     tzr_writer *w;
     shard_table tb;
     int rank, nranks, no_hash;
+    pending_sha *pending;
     char path[4096], side[4096];
 };
+
+static void free_pending(tzr_shard_writer *sw) {
+    while (sw->pending) {
+        pending_sha *p = sw->pending;
+        sw->pending = p->next;
+        free(p);
+    }
+}
 
 int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, int rank, int nranks,
                           const tzr_shard_writer_options *opt) {
@@ -57,7 +74,10 @@ int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, int rank, 
     return 0;
 }
 
-int tzr_shard_writer_add(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, const void *data) {
+/* Check d, enter the tensor and this shard's slice in the sidecar table,
+ * and describe the shard tensor (local shape into local[]). */
+static int slice_enter(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, uint64_t *local, tzr_tensor_desc *td,
+                       shard_entry **entry) {
     if (!sw || !d || !d->name || d->ndim > TZR_MAX_DIMS) return tzr_fail(TZR_EINVAL, "bad shard tensor description");
     char nb[TZR_NAMEBUF];
     const char *nm = tzr_printable(d->name, d->name_len, nb, sizeof nb);
@@ -66,7 +86,6 @@ int tzr_shard_writer_add(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, c
     if (!dstr && !(dstr = tzr_dtype_string(d->dtype, &dlen)))
         return tzr_fail(TZR_EINVAL, "tensor '%s': no dtype", nm);
     int dim = d->dim;
-    uint64_t local[TZR_MAX_DIMS];
     for (uint32_t k = 0; k < d->ndim; k++) local[k] = d->shape[k];
     if (dim != TZR_SHARD_REPLICATED) {
         uint64_t end;
@@ -90,24 +109,64 @@ int tzr_shard_writer_add(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, c
     int rc = shard_entry_add_slice(e, sw->rank, dim == TZR_SHARD_REPLICATED ? 0 : d->offset,
                                    dim == TZR_SHARD_REPLICATED ? 0 : d->length);
     if (rc) return rc;
-    tzr_tensor_desc td = {d->name, d->name_len, d->name_len && d->name[0] == 0x1E ? TZR_STATE_DICT : TZR_PARAM, 0, dstr, dlen, d->dtype, d->ndim, local, 0};
-    if ((rc = tzr_writer_add(sw->w, &td, data))) return rc;
-    shard_slice *sl = &e->slices[e->nslices - 1];
-    tzr_writer_last_sha256(sw->w, sl->header_sha);
-    sl->has_header_sha = 1;
     if (d->sha256) {
         memcpy(e->pub.sha256, d->sha256, 32);
         e->pub.has_sha256 = 1;
-    } else if (dim == TZR_SHARD_REPLICATED && !sw->no_hash) {
+    }
+    *td = (tzr_tensor_desc){d->name, d->name_len, d->name_len && d->name[0] == 0x1E ? TZR_STATE_DICT : TZR_PARAM,
+                            0, dstr, dlen, d->dtype, d->ndim, local, 0};
+    *entry = e;
+    return 0;
+}
+
+int tzr_shard_writer_add(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, const void *data) {
+    uint64_t local[TZR_MAX_DIMS];
+    tzr_tensor_desc td;
+    shard_entry *e;
+    int rc = slice_enter(sw, d, local, &td, &e);
+    if (!rc) rc = tzr_writer_add(sw->w, &td, data);
+    if (rc) return rc;
+    shard_slice *sl = &e->slices[e->nslices - 1];
+    tzr_writer_last_sha256(sw->w, sl->header_sha);
+    sl->has_header_sha = 1;
+    if (!d->sha256 && d->dim == TZR_SHARD_REPLICATED && !sw->no_hash) {
         tzr_sha256(data, (size_t)e->pub.nbytes, e->pub.sha256);
         e->pub.has_sha256 = 1;
     }
     return 0;
 }
 
+/* No whole-tensor sha256 here unless the caller gives one: the header
+ * SHA-256 recorded for the slice proves it (formats/shards.md). */
+int tzr_shard_writer_add_from(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, tzr_source *src,
+                              uint64_t offset) {
+    if (!src) return tzr_fail(TZR_EINVAL, "NULL source");
+    uint64_t local[TZR_MAX_DIMS];
+    tzr_tensor_desc td;
+    shard_entry *e;
+    int rc = slice_enter(sw, d, local, &td, &e);
+    if (rc) return rc;
+    pending_sha *p = calloc(1, sizeof *p);
+    if (!p) return tzr_fail(TZR_ENOMEM, "out of memory");
+    p->entry = (size_t)(e - sw->tb.t);
+    if ((rc = tzr_writer_add_from_sha(sw->w, &td, src, offset, p->sha))) {
+        free(p);
+        return rc;
+    }
+    p->next = sw->pending;
+    sw->pending = p;
+    return 0;
+}
+
 int tzr_shard_writer_close(tzr_shard_writer *sw) {
     if (!sw) return tzr_fail(TZR_EINVAL, "no shard writer");
     int rc = tzr_writer_close(sw->w);
+    for (pending_sha *p = sw->pending; p && !rc; p = p->next) {
+        shard_entry *e = &sw->tb.t[p->entry];
+        memcpy(e->slices[e->nslices - 1].header_sha, p->sha, 32);
+        e->slices[e->nslices - 1].has_header_sha = 1;
+    }
+    free_pending(sw);
     struct stat st;
     if (!rc && stat(sw->path, &st) != 0) rc = tzr_fail(TZR_EIO, "shard %d: cannot stat '%s'", sw->rank, sw->path);
     if (!rc) {
@@ -123,6 +182,7 @@ void tzr_shard_writer_abort(tzr_shard_writer *sw) {
     TZR_KEEP_ERROR;
     if (!sw) return;
     tzr_writer_abort(sw->w);
+    free_pending(sw);
     shard_table_free(&sw->tb);
     free(sw);
 }

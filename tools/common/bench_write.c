@@ -9,11 +9,12 @@
 
 #include "cli.h"
 #include "tzr_safetensors.h"
+#include "tzr_shard.h"
 
-enum { FLOOR, ADD_FROM, ADD_MEMORY, ENCRYPTED, COMPRESSED, NCASES };
+enum { FLOOR, ADD_FROM, ADD_MEMORY, ENCRYPTED, COMPRESSED, SHARDS2, NCASES };
 static const char *case_names[NCASES] = {"floor: read+write+fsync (dd)", "tzr_writer_add_from (tensorize)",
                                          "tzr_writer_add from memory", "add_from, encrypted",
-                                         "add_from, zstd level 1"};
+                                         "add_from, zstd level 1", "2 shards, splitter add_from (--shards 2)"};
 
 static int floor_copy(const char *in, const char *out) {
     int fi = open(in, O_RDONLY), fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -56,13 +57,18 @@ static int run_case(int k, const char *in, const char *out, const uint8_t *key, 
     if (k == COMPRESSED) wo.compression = TZR_COMPRESSION_ZSTD;
     double t0 = cli_now();
     tzr_writer *w = NULL;
-    if (!rc) rc = tzr_writer_open(&w, out, &wo);
+    tzr_shard_splitter *sp = NULL;
+    if (!rc && k == SHARDS2) rc = tzr_shard_splitter_open(&sp, out, 2, NULL, NULL);
+    else if (!rc) rc = tzr_writer_open(&w, out, &wo);
     for (size_t i = 0; !rc && i < n; i++) {
         const tzr_st_tensor *t = tzr_st_get(f, i);
         tzr_tensor_desc d = {t->name, t->name_len, TZR_STATE_DICT, 0, NULL, 0, t->dtype, t->ndim, t->shape, 0};
-        rc = k == ADD_MEMORY ? tzr_writer_add(w, &d, mem[i]) : tzr_writer_add_from(w, &d, src, t->data_offset);
+        rc = k == ADD_MEMORY ? tzr_writer_add(w, &d, mem[i])
+             : sp            ? tzr_shard_splitter_add_from(sp, &d, src, t->data_offset)
+                             : tzr_writer_add_from(w, &d, src, t->data_offset);
     }
     if (w) rc = rc ? (tzr_writer_abort(w), rc) : tzr_writer_close(w);
+    if (sp) rc = rc ? (tzr_shard_splitter_abort(sp), rc) : tzr_shard_splitter_close(sp);
     *secs = cli_now() - t0;
     if (rc) fprintf(stderr, "bench --write: %s: %s\n", case_names[k], tzr_last_error());
     for (size_t i = 0; mem && i < n; i++) free(mem[i]);
@@ -70,6 +76,16 @@ static int run_case(int k, const char *in, const char *out, const uint8_t *key, 
     if (src) src->destroy(src);
     tzr_st_free(f);
     return rc;
+}
+
+/* The output file, or the shard case's files and manifest at that prefix. */
+static void remove_outputs(const char *out) {
+    char name[4400];
+    unlink(out);
+    for (int k = 0; k < 2; k++)
+        if (!tzr_shard_file_name(name, sizeof name, out, k, 2, ".tensors")) unlink(name);
+    snprintf(name, sizeof name, "%s%s", out, TZR_SHARD_MANIFEST_SUFFIX);
+    unlink(name);
 }
 
 typedef struct write_case {
@@ -131,12 +147,12 @@ int bench_write_main(int argc, char **argv) {
             int rc = 1;
             if (cli_run_child(child_case, &wc, &s, sizeof s, &rc, &kib) != CLI_CHILD_OK || rc) {
                 fprintf(stderr, "bench --write: case '%s' failed\n", case_names[k]);
-                unlink(out);
+                remove_outputs(out);
                 return EXIT_FAIL;
             }
             if (!best[k] || s < best[k]) best[k] = s;
             if (kib > rss[k]) rss[k] = kib;
-            unlink(out);
+            remove_outputs(out);
         }
     printf("%s: %.0f MiB of tensor data, best of %d, output in %s\n", in, bytes / 1048576.0, repeat, dir);
     printf("| case | seconds | GB/s | time vs floor | peak RSS MiB |\n|---|---|---|---|---|\n");

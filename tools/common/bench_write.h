@@ -8,6 +8,8 @@
  *                 tzr_writer_add, as a training job saving its tensors
  *   encrypted     add_from with a random key (or --key-file)
  *   compressed    add_from with zstd level 1
+ *   2 shards      tzr_shard_splitter_add_from into 2 shard files and a
+ *                 manifest (what tensorize --shards 2 does)
  * Prints | case | seconds | GB/s | time vs floor | peak RSS MiB |. */
 #ifndef TZR_BENCH_WRITE_H
 #define TZR_BENCH_WRITE_H
