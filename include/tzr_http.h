@@ -38,7 +38,8 @@ typedef struct tzr_http_options {
     const char *ca_bundle;     /* PEM file of trusted CAs; NULL: $AWS_CA_BUNDLE, else system */
     int insecure;              /* 1: do not verify TLS certificates */
     size_t range_bytes;        /* bytes per ranged GET (0: 16 MiB) */
-    int max_inflight;          /* concurrent GETs per read_at (0: 16) */
+    int max_inflight;          /* concurrent GETs per read_at (0: 16); S3
+                                  output: parts uploading at once (0: 8) */
     double total_timeout_s;    /* budget for one read_at incl. retries (0: 300) */
     int max_retries;           /* per range (0: 8; -1: none) */
     /* Added later; struct_size tells which fields a caller's struct has.
@@ -81,7 +82,9 @@ typedef struct tzr_http_stats {
 TZR_API int tzr_source_http_stats(tzr_source *src, tzr_http_stats *st);
 
 /* Multipart S3 output for s3://bucket/key. part_bytes 0 = 16 MiB (min
- * 5 MiB). Parts are uploaded as they fill; part 1 (bytes [0, part_bytes),
+ * 5 MiB). Parts are uploaded as they fill, opt->max_inflight of them at
+ * once (0: 8; a writer that gets ahead waits, so host memory stays about
+ * (max_inflight + writer threads + 1) parts); part 1 (bytes [0, part_bytes),
  * which holds the tensorizer prologue and index that the writer rewrites
  * last) stays buffered until finish and is uploaded last. A pwrite_at into
  * a part that was already uploaded fails with TZR_EINVAL: writes must be

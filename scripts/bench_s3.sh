@@ -5,7 +5,11 @@
 # measures the baselines on the same object in the same run (parallel
 # ranged curl; one curl stream; `aws s3 cp` for Swift), then sweeps
 # tzr-bench --source over concurrency x range size against the best one.
-# Env: SIZE_MIB (default 512), REPEAT (2), INFLIGHT ("8,16,32"), RANGES ("8,16").
+# Then uploads to Swift: `aws s3 cp` (multipart) and parallel curl PUTs of
+# the same bytes cut in parts (presigned), against `tensorize -o s3://`
+# over part size x parts in flight.
+# Env: SIZE_MIB (default 512), REPEAT (2), INFLIGHT ("8,16,32"), RANGES ("8,16"),
+# PARTS ("8,16,32" MiB), UPLOADS ("4,8,16").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -111,3 +115,66 @@ for origin in nginx swift; do
         echo
     done
 done
+
+# ---- uploads to Swift --------------------------------------------------------
+# Baselines move the same bytes as libtzr's upload (the .tensors file):
+# `aws s3 cp` of the file (multipart, its defaults: 8 MiB parts, 10 at a
+# time), and curl --parallel PUTs of the file cut in 16 MiB pieces, each to
+# a presigned URL (no multipart bookkeeping: the raw upload floor).
+python3 - "$T" "$SIZE" <<'PY'
+import sys, boto3
+t, size = sys.argv[1], int(sys.argv[2])
+s3 = boto3.client("s3")
+piece = 16 << 20
+with open(f"{t}/put.cfg", "w") as f:
+    for i, off in enumerate(range(0, size, piece)):
+        url = s3.generate_presigned_url("put_object", Params={"Bucket": "bench", "Key": f"curl/{i}"}, ExpiresIn=3600)
+        f.write(("next\n" if i else "") + f'url = "{url}"\nupload-file = "{t}/pieces/p{i:05d}"\noutput = "/dev/null"\n'
+                'write-out = "%{size_upload}\\n"\n')
+PY
+mkdir -p "$T/pieces"
+python3 - "$T" <<'PY'
+import sys
+t = sys.argv[1]
+with open(f"{t}/m.tensors", "rb") as f:
+    i = 0
+    while chunk := f.read(16 << 20):
+        open(f"{t}/pieces/p{i:05d}", "wb").write(chunk)
+        i += 1
+PY
+cat "$T"/pieces/* > /dev/null
+urow() { printf '| %-44s | %7.3f | %6s |\n' "$1" "$(python3 -c "print(($3-$2)/1e9)")" "$(gbps "$SIZE" "$2" "$3")"; }
+echo "| upload to Swift (same bytes, same run)       | seconds |  GB/s  |"
+echo "|----------------------------------------------|---------|--------|"
+ubest=0
+for rep in $(seq "$REPEAT"); do
+    t0=$(now_ns); aws s3 cp "$T/m.tensors" s3://bench/up-aws.tensors --quiet; t1=$(now_ns)
+    urow "aws s3 cp (multipart, 8 MiB x 10)" "$t0" "$t1"
+    g=$(gbps "$SIZE" "$t0" "$t1"); ubest=$(python3 -c "print(max($ubest, $g))")
+    for p in 8 16; do
+        t0=$(now_ns)
+        got=$(curl -sf --no-progress-meter --parallel --parallel-max "$p" -K "$T/put.cfg" | awk '{n += $1} END {print n + 0}')
+        t1=$(now_ns)
+        [ "$got" = "$SIZE" ] || { echo "curl upload baseline sent $got of $SIZE bytes" >&2; exit 1; }
+        urow "curl PUT, 16 MiB pieces, $p in parallel" "$t0" "$t1"
+        g=$(gbps "$SIZE" "$t0" "$t1"); ubest=$(python3 -c "print(max($ubest, $g))")
+    done
+done
+IFS=, read -ra PARTS_L <<< "${PARTS:-8,16,32}"
+IFS=, read -ra UPLOADS_L <<< "${UPLOADS:-4,8,16}"
+tbest=0
+for rep in $(seq "$REPEAT"); do
+    for part in "${PARTS_L[@]}"; do
+        for up in "${UPLOADS_L[@]}"; do
+            t0=$(now_ns)
+            "$BUILD/tensorize" -q --force --part-size "$part" --uploads "$up" "$T/m.safetensors" -o s3://bench/up-tzr.tensors
+            t1=$(now_ns)
+            urow "tensorize -o s3://, $part MiB parts x $up" "$t0" "$t1"
+            g=$(gbps "$SIZE" "$t0" "$t1"); tbest=$(python3 -c "print(max($tbest, $g))")
+        done
+    done
+done
+aws s3 cp s3://bench/up-tzr.tensors "$T/back.tensors" --quiet
+cmp "$T/back.tensors" "$T/m.tensors" || { echo "uploaded object differs from the local file" >&2; exit 1; }
+echo
+echo "best upload baseline $ubest GB/s; best tensorize -o s3:// $tbest GB/s ($(python3 -c "print(f'{$tbest / $ubest:.2f}')")x); the uploaded object equals the local file"

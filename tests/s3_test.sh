@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 BUILD=${BUILD:-build}
 bin=$BUILD/tests/test_s3_http
-cases="s3_multipart_roundtrip s3_goldens_roundtrip s3_wrong_secret s3_missing s3_clock_skew
+cases="s3_multipart_roundtrip s3_concurrent_writers s3_goldens_roundtrip s3_wrong_secret s3_missing s3_clock_skew
 s3_replaced_during_load s3_abort_leaves_nothing s3_env_chain s3_anonymous_denied"
 skip_all() {
     for c in $cases; do echo "SKIP $c: $1"; done

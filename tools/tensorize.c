@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -11,6 +12,7 @@
 #include "cli_output.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
+#include "tzr_http.h"
 #include "tzr_shard.h"
 
 static const char usage[] =
@@ -33,6 +35,8 @@ static const char usage[] =
     "                          $AWS_CA_BUNDLE, else the system's)\n"
     "      --timeout SECONDS   http(s)/s3: fail a connect or a silent server after\n"
     "                          SECONDS, retried (default 60, as the AWS CLI)\n"
+    "      --part-size MIB     s3:// output: multipart part size, 5 to 5120 (default 16)\n"
+    "      --uploads N         s3:// output: parts uploaded at once, 1 to 64 (default 8)\n"
     "      --index-bytes N     index reservation, 1 to 2^30 (default 262144, as tensorizer; with\n"
     "                          --compress, enough for the frame directory too)\n"
     "      --compress zstd[:L] zstd frames, byte planes for 2/4-byte dtypes (level L,\n"
@@ -230,10 +234,10 @@ int main(int argc, char **argv) {
     const char *output = NULL;
     uint64_t index_bytes = 0;
     int quiet = 0;
-    int shards = 0, force = 0;
+    int shards = 0, force = 0, part_mib = 0, uploads = 0;
     const char *rules = NULL;
     int zlevel = -1; /* --compress: zstd level (0 = default) */
-    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA, O_TIMEOUT, O_FORCE };
+    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA, O_TIMEOUT, O_FORCE, O_PART, O_UPLOADS };
     static const struct option longs[] = {{"output", required_argument, 0, 'o'},
                                           {"key-file", required_argument, 0, O_KEY},
                                           {"password-file", required_argument, 0, O_PW},
@@ -244,6 +248,8 @@ int main(int argc, char **argv) {
                                           {"ca-bundle", required_argument, 0, O_CA},
                                           {"timeout", required_argument, 0, O_TIMEOUT},
                                           {"force", no_argument, 0, O_FORCE},
+                                          {"part-size", required_argument, 0, O_PART},
+                                          {"uploads", required_argument, 0, O_UPLOADS},
                                           {"quiet", no_argument, 0, 'q'},
                                           {"help", no_argument, 0, 'h'},
                                           {"version", no_argument, 0, O_VERSION},
@@ -272,6 +278,8 @@ int main(int argc, char **argv) {
             }
             break;
         case O_FORCE: force = 1; break;
+        case O_PART: if (cli_int("--part-size", optarg, 5, 5120, &part_mib)) return EXIT_USAGE; break;
+        case O_UPLOADS: if (cli_int("--uploads", optarg, 1, 64, &uploads)) return EXIT_USAGE; break;
         case 'q': quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("tensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
@@ -288,6 +296,10 @@ int main(int argc, char **argv) {
     }
     if (key_material.have_key && key_material.password) {
         cli_error("give --key-file or --password-file, not both");
+        return EXIT_USAGE;
+    }
+    if ((part_mib || uploads) && strncasecmp(output, "s3://", 5) != 0) {
+        cli_error("--part-size and --uploads go with an s3:// output");
         return EXIT_USAGE;
     }
     if (shards < 0 || shards > TZR_SHARD_MAX || (rules && !shards)) {
@@ -327,6 +339,12 @@ int main(int argc, char **argv) {
         so.metadata_size = wo.metadata_size;
         so.file = &wo;
         rc = tzr_shard_splitter_open(&w.sp, prefix, shards, rules, &so);
+    } else if (!cli_stop_signal && strncasecmp(output, "s3://", 5) == 0) {
+        tzr_http_options ho = TZR_HTTP_OPTIONS_INIT;
+        ho.max_inflight = uploads;
+        tzr_output *o = NULL;
+        rc = tzr_output_open_s3(&o, output, &ho, (size_t)part_mib << 20);
+        if (!rc) rc = tzr_writer_open_output(&w.w, o, &wo);
     } else if (!cli_stop_signal) {
         rc = tzr_writer_open(&w.w, output, &wo);
     }

@@ -3,7 +3,7 @@
  * The object is cut into parts of part_bytes (default 16 MiB, at least
  * 5 MiB: S3's minimum for every part but the last). pwrite_at copies into
  * the buffer of each part it touches. A part other than part 1 is uploaded
- * (UploadPart, up to MAX_INFLIGHT at once, each retried by
+ * (UploadPart, up to max_inflight at once, each retried by
  * tzr_http_perform) as soon as its last byte was written; its buffer is
  * then freed. Part 1 — bytes [0, part_bytes), holding the tensorizer
  * prologue and index that the writer rewrites at the very end — stays in
@@ -22,7 +22,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define MAX_INFLIGHT 4
+#define DEFAULT_INFLIGHT 8
 #define MIN_PART (5u << 20)
 
 typedef struct part {
@@ -44,6 +44,7 @@ typedef struct s3_out {
     tzr_s3_target tgt;
     tzr_http_common *common;
     size_t part_bytes;
+    int max_inflight;   /* parts uploading at once (the options' max_inflight) */
     part **parts;
     size_t nparts;
     uint64_t size;      /* highest byte written + 1 */
@@ -151,12 +152,12 @@ static int restore_failure(s3_out *o) {
 
 /* Start uploading part i (full, not part 1). mu held; may wait for a slot. */
 static int start_upload(s3_out *o, part *p) {
-    while (o->inflight >= MAX_INFLIGHT && !o->failed) pthread_cond_wait(&o->cv, &o->mu);
+    while (o->inflight >= o->max_inflight && !o->failed) pthread_cond_wait(&o->cv, &o->mu);
     if (o->failed) return restore_failure(o);
+    /* Under the lock: writers call in from several threads, and a second
+     * CreateMultipartUpload would send parts to two uploads. */
     if (!o->upload_id) {
-        pthread_mutex_unlock(&o->mu);
         int rc = initiate(o);
-        pthread_mutex_lock(&o->mu);
         if (rc) return rc;
     }
     p->state = 1;
@@ -362,6 +363,7 @@ int tzr_output_open_s3(tzr_output **out, const char *url, const tzr_http_options
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
     o->part_bytes = part_bytes;
+    o->max_inflight = opt->max_inflight > 0 ? opt->max_inflight : DEFAULT_INFLIGHT;
     o->base.pwrite_at = s3_pwrite;
     o->base.finish = s3_finish;
     o->base.abort = s3_abort;
