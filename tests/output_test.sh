@@ -161,6 +161,39 @@ sigcase TERM 143 1
 sigcase HUP 129 1
 sigcase HUP 129 0
 
+# ---- disk full / file size limit with the writer's threads in flight ------
+# One clear message, nothing at the target (or the old file untouched), no
+# temporary left, for a plain write and for --shards. RLIMIT_FSIZE (EFBIG)
+# works everywhere; a real full file system (ENOSPC) needs a tmpfs mount
+# (root), and is skipped without one.
+"$BUILD/tzr-bench" --make-sample "$T/big.safetensors" --size-mib 16 --layers 2 >/dev/null
+mkdir "$T/lim"
+cp "$T/b.tensors" "$T/lim/out.tensors"
+(ulimit -f 4096; exec $TZ -q "$T/big.safetensors" -o "$T/lim/out.tensors" --force) 2> "$T/e"; rc=$?
+check fsize_limit_fails_cleanly sh -c "test $rc = 1 && grep -q 'File too large' '$T/e' && grep -q 'big.safetensors\|out.tensors' '$T/e' &&
+    cmp -s '$T/lim/out.tensors' '$T/b.tensors' && ! ls -A '$T/lim' | grep -q tmp"
+full_case() { # NAME ARGS...: tensorize into the 6 MiB tmpfs $T/full
+    local name=$1; shift
+    cp "$T/b.tensors" "$T/full/out.tensors"
+    $TZ -q "$T/big.safetensors" --force "$@" 2> "$T/e"; rc=$?
+    local left
+    left=$(ls -A "$T/full" | grep -v '^out.tensors$' | tr '\n' ' ')
+    if [ $rc != 1 ]; then fail "$name" "exit $rc, want 1"
+    elif ! grep -q 'No space left on device' "$T/e"; then fail "$name" "message: $(head -c 300 "$T/e")"
+    elif ! cmp -s "$T/full/out.tensors" "$T/b.tensors"; then fail "$name" "existing output changed"
+    elif [ -n "$left" ]; then fail "$name" "left behind: $left"
+    else pass "$name"; fi
+}
+mkdir "$T/full"
+if mount -t tmpfs -o size=6m tmpfs "$T/full" 2>/dev/null; then
+    full_case disk_full_fails_cleanly -o "$T/full/out.tensors"
+    full_case disk_full_shards_fail_cleanly -o "$T/full/s.tensors" --shards 2
+    umount "$T/full"
+else
+    skip disk_full_fails_cleanly "cannot mount a small tmpfs here (needs root)"
+    skip disk_full_shards_fail_cleanly "cannot mount a small tmpfs here (needs root)"
+fi
+
 # detensorize -o from an HTTP origin whose data GET stalls mid-body: the
 # "stall" mode stalls every 2nd GET, the first being the header and index,
 # so each case gets a fresh server.

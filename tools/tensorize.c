@@ -372,7 +372,12 @@ int main(int argc, char **argv) {
     }
     rc = w.sp ? tzr_shard_splitter_close(w.sp) : tzr_writer_close(w.w);
     close_sources(&w);
-    if (rc) return cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
+    if (rc && cli_stop_signal) return cli_output_stopped(0);
+    if (rc) {
+        cli_lib_error(rc);
+        cli_error("nothing was written to %s", shards ? manifest : target);
+        return EXIT_FAIL;
+    }
     if (shards) {
         if (cli_stop_signal) return cli_output_stopped(1);
         if (!quiet) {

@@ -41,6 +41,7 @@ static int run_job(tzr_writer *w, write_job *j, uint8_t *buf, uint8_t *bounce) {
             break;
         }
         rc = writer_record_data(w, &j->rec, buf, n, off, bounce);
+        if (rc) rc = tzr_fail_prefix(rc, "tensor '%s': ", j->name);
         off += n;
     }
     int erc = writer_record_end(w, &j->rec, rc == 0);

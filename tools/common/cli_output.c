@@ -101,6 +101,7 @@ void cli_output_guard(const char *target, const char *extra) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* past a file size limit: EFBIG, reported, not a silent kill */
 }
 
 void cli_output_note(const char *kept) {
