@@ -266,6 +266,11 @@ TZR_API int tzr_reader_open_source(tzr_reader **out, tzr_source *src,
 TZR_API void tzr_reader_free(tzr_reader *r);
 
 TZR_API uint32_t tzr_reader_data_version(const tzr_reader *r);
+/* What the reader opened: tzr_reader_open takes both formats, told apart
+ * by their bytes. A safetensors reader has data version 0, no tensor
+ * headers and no hashes (verifying one is TZR_ENOTSUP). */
+enum { TZR_FORMAT_UNKNOWN = 0, TZR_FORMAT_TENSORIZER = 1, TZR_FORMAT_SAFETENSORS = 2 };
+TZR_API int tzr_reader_format(const tzr_reader *r);
 TZR_API int tzr_reader_encrypted(const tzr_reader *r); /* file carries crypt info */
 TZR_API int tzr_reader_compressed(const tzr_reader *r); /* file carries compression blocks */
 TZR_API size_t tzr_reader_count(const tzr_reader *r);

@@ -50,6 +50,12 @@ TZR_API int tzr_st_open(tzr_st_file **out, const char *path);
 /* Parse bytes the caller keeps alive and unchanged while the handle lives.
  * name (may be NULL) is used in messages only. */
 TZR_API int tzr_st_parse(tzr_st_file **out, const void *bytes, size_t len, const char *name);
+/* Parse from the first `have` bytes of a file of file_size bytes read
+ * elsewhere (a source): they must hold the whole header (8 + its length;
+ * TZR_EINVAL names how many are needed). Offsets are checked against
+ * file_size; tzr_st_data returns NULL. */
+TZR_API int tzr_st_parse_header(tzr_st_file **out, const void *head, size_t have, uint64_t file_size,
+                                const char *name);
 TZR_API size_t tzr_st_count(const tzr_st_file *f);
 /* Tensor i, ordered by data offset ("file order"); tensors with equal
  * offsets (zero-byte ones) keep their JSON order. NULL when out of range. */

@@ -158,6 +158,15 @@ typedef struct tzr_shard_open_options {
  * expected dtype and local shape. A plain `.tensors` path is accepted too
  * and opened as one shard holding every tensor replicated. */
 TZR_API int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_options *opt);
+/* path may also be a Hugging Face checkpoint: a directory (its
+ * model.safetensors.index.json, else every *.safetensors file in it,
+ * sorted), or such an index (local or a URL; its files beside it). Each
+ * file is one shard holding its tensors whole; with an index the weight
+ * map must match the files exactly (an error names the tensor and both
+ * files otherwise). tzr_shard_open_files opens a list of .safetensors or
+ * .tensors files the same way (each tensor in exactly one file). */
+TZR_API int tzr_shard_open_files(tzr_shard_set **out, const char *const *paths, size_t n,
+                                 const tzr_shard_open_options *opt);
 TZR_API void tzr_shard_close(tzr_shard_set *s);
 TZR_API size_t tzr_shard_count(const tzr_shard_set *s);
 TZR_API int tzr_shard_nshards(const tzr_shard_set *s);

@@ -261,7 +261,7 @@ typedef struct kase {
 
 static const kase cases[] = {
     /* ---- prologue */
-    {"empty_file", B_PLAIN, {{0}}, 0, NULL, K_NONE, TZR_EFORMAT, 0, 0, 0, {"bad magic", "offset 0"}},
+    {"empty_file", B_PLAIN, {{0}}, 0, NULL, K_NONE, TZR_EFORMAT, 0, 0, 0, {"empty file", "offset 0"}},
     {"three_bytes", B_PLAIN, {{0}}, 3, NULL, K_NONE, TZR_EFORMAT, 0, 0, 0, {"bad magic"}},
     {"bad_magic", B_PLAIN, {P(0, 1, 'X')}, NOTRUNC, NULL, K_NONE, TZR_EFORMAT, 0, 0, 0, {"bad magic", "offset 0"}},
     {"trunc_prologue_40", B_PLAIN, {{0}}, 40, NULL, K_NONE, TZR_EFORMAT, 0, 0, 0, {"offset 40", "73-byte"}},

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -210,6 +211,26 @@ static int add_tensors(out_files *w, const char *path, progress_state *ps) {
     return rc;
 }
 
+/* A Hugging Face checkpoint: a directory or a model.safetensors.index.json. */
+static int is_hf_checkpoint(const char *path) {
+    size_t n = strlen(path);
+    struct stat st;
+    return (n > 11 && strcmp(path + n - 11, ".index.json") == 0) || (stat(path, &st) == 0 && S_ISDIR(st.st_mode));
+}
+
+/* Its files in order, once the index was checked against them (a tensor
+ * listed in the wrong file, or missing, fails before anything is written). */
+static int add_hf(out_files *w, const char *path, progress_state *ps) {
+    tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
+    so.verify = 0;
+    tzr_shard_set *set;
+    int rc = tzr_shard_open(&set, path, &so);
+    for (int k = 0; !rc && k < tzr_shard_nshards(set); k++)
+        rc = add_safetensors(w, tzr_reader_source(tzr_shard_reader(set, k))->name, ps);
+    tzr_shard_close(set);
+    return rc;
+}
+
 /* Without --force, an existing manifest or shard file of the set is refused. */
 static int refuse_existing_shards(const char *output, int n, int force) {
     char prefix[4096], name[4200];
@@ -351,7 +372,9 @@ int main(int argc, char **argv) {
     if (rc) return cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     cli_progress_begin(&ps.bar, "tensorize", total);
     for (int i = optind; i < argc && !rc; i++)
-        rc = is_tensors_file(argv[i]) ? add_tensors(&w, argv[i], &ps) : add_safetensors(&w, argv[i], &ps);
+        rc = is_hf_checkpoint(argv[i]) ? add_hf(&w, argv[i], &ps)
+             : is_tensors_file(argv[i]) ? add_tensors(&w, argv[i], &ps)
+                                        : add_safetensors(&w, argv[i], &ps);
     cli_progress_end(&ps.bar);
     if (rc) {
         /* Keep the message: aborting may call into the library again. */

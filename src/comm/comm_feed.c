@@ -109,7 +109,8 @@ int comm_feed_start(comm_feed **out, tzr_reader *r, const comm_layout *L, tzr_si
     if (!f) return tzr_fail(TZR_ENOMEM, "out of memory");
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
-    f->r = r, f->L = L, f->sink = sink, f->lo = lo, f->hi = hi, f->verify = verify;
+    f->r = r, f->L = L, f->sink = sink, f->lo = lo, f->hi = hi;
+    f->verify = verify && tzr_reader_format(r) == TZR_FORMAT_TENSORIZER; /* safetensors: no hashes */
     size_t k0 = 0, k1 = 0;
     while (k0 < L->nspans && L->spans[k0].arena_off + L->spans[k0].len <= lo) k0++;
     for (k1 = k0; k1 < L->nspans && L->spans[k1].arena_off < hi;) k1++;

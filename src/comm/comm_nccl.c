@@ -322,7 +322,7 @@ int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_opti
         bytes_read = st.bytes_read;
     } else if (!rc && o.mode == TZR_COMM_INDEPENDENT) {
         tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
-        lo.verify = o.verify;
+        lo.verify = o.verify && tzr_reader_format(r) == TZR_FORMAT_TENSORIZER; /* safetensors: no hashes */
         tzr_load_stats st = {0};
         rc = tzr_load(r, sink, &lo, &st);
         bytes_read = st.bytes_read;

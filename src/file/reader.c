@@ -6,6 +6,7 @@
 #include "mem.h"
 #include "names.h"
 #include "reader_internal.h"
+#include "reader_struct.h"
 #include "source_path.h"
 
 #include <pthread.h>
@@ -18,57 +19,6 @@
 #define FIRST_INDEX_READ ((size_t)64 << 10)
 #define PADDING_SEEN ((size_t)4 << 10) /* index bytes past the entries checked, at least */
 
-/* The parsed header lives out of line, in the headers arena: most loads
- * never keep one, and inline it tripled the per-tensor memory the index
- * parse touches (44 MB for 100k tensors instead of 18). */
-typedef struct tensor_slot {
-    tzr_tensor_info info;
-    uint8_t *hdr_bytes;     /* NULL until the header was read */
-    tzr_tensor_header *hdr; /* points into hdr_bytes */
-} tensor_slot;
-
-typedef struct kept_header {
-    tzr_tensor_header h;
-    uint8_t bytes[];
-} kept_header;
-
-typedef struct dir_entry {
-    tzr_comp_info ci;       /* frame_sizes point into dir_bytes */
-    size_t at, len;         /* the block's bytes in dir_bytes */
-} dir_entry;
-
-typedef struct derived_key {
-    uint64_t ops, mem;
-    int32_t alg;
-    uint8_t salt[TZR_SALT_BYTES];
-    uint8_t key[32];
-} derived_key;
-
-struct tzr_reader {
-    tzr_source *src;
-    tzr_file_header fh;
-    int crypt_info;
-    int comp_info;          /* headers carry compression blocks */
-    size_t n;
-    tensor_slot *t;
-    uint64_t *dims;
-    uint64_t *buckets;      /* open addressing: name hash tag << 32 | index+1; 0 = empty */
-    size_t nbuckets;
-    int verify;
-    int have_key;
-    uint8_t key[32];
-    char *password;
-    size_t password_len;
-    pthread_mutex_t lock;   /* header cache and derived keys */
-    derived_key *dkeys;
-    size_t ndkeys;
-    tzr_arena strings;      /* names and dtypes (open only) */
-    dir_entry *dir;         /* frame directory, per tensor; NULL without one */
-    uint8_t *dir_bytes;
-    tzr_arena headers;      /* header copies, under lock */
-    uint64_t records_end;   /* where the end-of-tensors marker is */
-    int marker_checked;     /* its bytes were read and are zero (atomic) */
-};
 
 static uint64_t hash_bytes(const char *p, size_t n) {
     uint64_t h = 1469598103934665603ull;
@@ -201,17 +151,26 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
         BAD(TZR_EFORMAT, "data length %llu disagrees with shape and dtype (%llu bytes)",
             (unsigned long long)e->data_length, (unsigned long long)t->nbytes);
     *prev_end = end;
-    uint64_t hash = hash_bytes(name, e->name_len), tag = bucket_tag(hash);
+    size_t other;
+    if (reader_index_name(r, i, &other)) BAD(TZR_EDUP, "duplicate name (also entry %zu)", other);
+#undef BAD
+    return 0;
+}
+
+int reader_index_name(tzr_reader *r, size_t i, size_t *other) {
+    const tzr_tensor_info *t = &r->t[i].info;
+    uint64_t hash = hash_bytes(t->name, t->name_len), tag = bucket_tag(hash);
     size_t b = (size_t)(hash & (r->nbuckets - 1));
     for (; r->buckets[b]; b = (b + 1) & (r->nbuckets - 1)) {
         if (bucket_tag(r->buckets[b]) != tag) continue;
-        uint32_t k = (uint32_t)r->buckets[b] - 1;
+        size_t k = (size_t)(uint32_t)r->buckets[b] - 1;
         const tzr_tensor_info *o = &r->t[k].info;
-        if (o->name_len == e->name_len && memcmp(o->name, name, e->name_len) == 0)
-            BAD(TZR_EDUP, "duplicate name (also entry %u)", k);
+        if (o->name_len == t->name_len && memcmp(o->name, t->name, t->name_len) == 0) {
+            *other = k;
+            return TZR_EDUP;
+        }
     }
     r->buckets[b] = tag | (uint64_t)(i + 1);
-#undef BAD
     return 0;
 }
 
@@ -275,6 +234,7 @@ static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t le
 }
 
 int tzr_reader_check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len) {
+    if (r->safetensors) return 0; /* no headers: nothing to check */
     tzr_tensor_header h;
     int rc = check_header(r, i, bytes, len, &h);
     if (rc) return rc;
@@ -332,6 +292,7 @@ int tzr_reader_header(tzr_reader *r, size_t i, const tzr_tensor_header **h) {
 #define HEADER_GAP ((uint64_t)1 << 20)
 
 int tzr_reader_load_headers(tzr_reader *r, size_t from, size_t to, const unsigned char *want) {
+    if (r->safetensors) return 0;
     uint8_t *buf = NULL;
     size_t cap = 0;
     int rc = 0;
@@ -481,6 +442,11 @@ int tzr_reader_key_opens_others(tzr_reader *r, size_t failed, int *opens) {
 }
 
 int tzr_reader_hash_begin(tzr_reader *r, size_t i, tzr_hasher *hs) {
+    if (r->safetensors) {
+        char what[TZR_NAMEBUF + 256];
+        return tzr_fail(TZR_ENOTSUP, "%s: a safetensors file stores no hashes to verify",
+                        tzr_reader_what(r, i, what, sizeof what));
+    }
     const tzr_tensor_header *h;
     int rc = tzr_reader_header(r, i, &h);
     if (rc) return rc;
@@ -726,6 +692,19 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
     if (!rc && !head) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     size_t plen = first < TZR_PROLOGUE_LEN ? first : TZR_PROLOGUE_LEN;
     if (!rc) rc = src->read_at(src, head, first, 0);
+    int kind = rc ? TZR_FORMAT_UNKNOWN : tzr_sniff_format(head, first, src->size);
+    if (!rc && kind == TZR_FORMAT_SAFETENSORS) {
+        rc = (r->have_key || r->password) ? tzr_fail(TZR_ECRYPT, "%s: a key was given but safetensors files are never encrypted", src->name)
+                                          : reader_open_safetensors(r, head, first);
+        free(head);
+        if (rc) {
+            tzr_reader_free(r);
+            return rc;
+        }
+        *out = r;
+        return 0;
+    }
+    if (!rc && kind != TZR_FORMAT_TENSORIZER) rc = tzr_fail(TZR_EFORMAT, "%s: %s", src->name, tzr_format_what(kind));
     if (!rc) rc = tzr_parse_prologue(head, plen, &r->fh);
     if (rc && tzr_last_error()[0] && strncmp(tzr_last_error(), src->name, strlen(src->name)) != 0)
         tzr_fail_prefix(rc, "%s: ", src->name);
@@ -813,6 +792,7 @@ void tzr_reader_free(tzr_reader *r) {
 }
 
 uint32_t tzr_reader_data_version(const tzr_reader *r) { return r->fh.version; }
+int tzr_reader_format(const tzr_reader *r) { return r->safetensors ? TZR_FORMAT_SAFETENSORS : TZR_FORMAT_TENSORIZER; }
 int tzr_reader_encrypted(const tzr_reader *r) { return r->crypt_info; }
 int tzr_reader_compressed(const tzr_reader *r) { return r->comp_info; }
 

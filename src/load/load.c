@@ -324,6 +324,9 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     const tzr_load_options *opt = &o;
     if (!r || !sink || !sink->submit) return tzr_fail(TZR_EINVAL, "tzr_load: NULL reader or incomplete sink");
     if (sink->fence && !sink->wait) return tzr_fail(TZR_EINVAL, "tzr_load: sink has fence() without wait()");
+    if (opt->verify > 0 && tzr_reader_format(r) == TZR_FORMAT_SAFETENSORS)
+        return tzr_fail(TZR_ENOTSUP, "%s: a safetensors file stores no hashes to verify (load it with verify 0)",
+                        tzr_reader_source(r)->name);
     double t0 = now();
     pipeline *p = pipeline_new(r, sink, opt);
     if (!p) return tzr_fail(TZR_ENOMEM, "out of memory");

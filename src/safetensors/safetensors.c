@@ -70,6 +70,8 @@ typedef struct st_entry {
 struct tzr_st_file {
     const uint8_t *base;
     size_t len;
+    int header_only;   /* base holds the header only (tzr_st_parse_header) */
+    size_t have;       /* then: bytes at base */
     void *map; /* non-NULL when tzr_st_open mapped the file */
     char *name;
     uint64_t header_len;
@@ -279,6 +281,9 @@ static int parse_into(tzr_st_file *f) {
         return tzr_fail(TZR_ETRUNC, "%s: header length %llu (byte 0) runs past the end of the file (%zu bytes)",
                         f->name, (unsigned long long)n, f->len);
     f->header_len = n;
+    if (f->header_only && f->have < 8 + n)
+        return tzr_fail(TZR_EINVAL, "%s: %zu header bytes given, the header needs %llu", f->name, f->have,
+                        (unsigned long long)(8 + n));
     uint64_t data_len = f->len - 8 - n;
 
     json_error_t err;
@@ -378,6 +383,23 @@ int tzr_st_parse(tzr_st_file **out, const void *bytes, size_t len, const char *n
     return 0;
 }
 
+int tzr_st_parse_header(tzr_st_file **out, const void *head, size_t have, uint64_t file_size, const char *name) {
+    *out = NULL;
+    tzr_st_file *f = file_new(name);
+    if (!f) return tzr_fail(TZR_ENOMEM, "out of memory");
+    f->base = head;
+    f->have = have;
+    f->len = (size_t)file_size;
+    f->header_only = 1;
+    int rc = have < 8 && file_size >= 8 ? tzr_fail(TZR_EINVAL, "%s: fewer than 8 header bytes given", f->name) : parse_into(f);
+    if (rc) {
+        tzr_st_free(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
 int tzr_st_open(tzr_st_file **out, const char *path) {
     if (!out) return tzr_fail(TZR_EINVAL, "tzr_st_open: NULL out");
     *out = NULL;
@@ -431,7 +453,7 @@ const tzr_st_tensor *tzr_st_get(const tzr_st_file *f, size_t i) {
 }
 
 const void *tzr_st_data(const tzr_st_file *f, size_t i) {
-    return f && i < f->n ? f->base + f->t[i].pub.data_offset : NULL;
+    return f && i < f->n && !f->header_only ? f->base + f->t[i].pub.data_offset : NULL;
 }
 
 int tzr_st_find(const tzr_st_file *f, const char *name, size_t name_len, size_t *index) {

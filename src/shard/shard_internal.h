@@ -52,6 +52,22 @@ TZR_HIDDEN void shard_local_shape(const shard_entry *e, const shard_slice *sl, u
 TZR_HIDDEN int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path);
 TZR_HIDDEN int shard_json_read(const char *path, shard_table *tb, int *sidecar_shard);
 
+/* A Hugging Face model.safetensors.index.json: its weight_map, tensor
+ * name -> file name (a plain name beside the index). */
+typedef struct shard_hf_map {
+    char **names, **files;
+    size_t n;
+} shard_hf_map;
+TZR_HIDDEN int shard_hf_index_read(const char *path, shard_hf_map *m);
+TZR_HIDDEN void shard_hf_map_free(shard_hf_map *m);
+/* Open a Hugging Face checkpoint as a set (shard_hf.c): a directory (its
+ * index, else its *.safetensors files), an index, or a list of files. */
+TZR_HIDDEN int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *files, size_t nfiles);
+
+/* Where file `name` listed by the manifest or index at `manifest` lives:
+ * beside it (same directory or URL prefix). */
+TZR_HIDDEN int shard_location(const char *manifest, const char *name, char *buf, size_t cap);
+
 /* Split rules. */
 typedef struct shard_rule {
     char *glob;

@@ -364,7 +364,7 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
                 memcpy(&lo, opt, copy);
                 lo.struct_size = sizeof lo;
             }
-            lo.verify = s->verify;
+            lo.verify = s->verify && tzr_reader_format(r) == TZR_FORMAT_TENSORIZER; /* safetensors: no hashes */
             lo.filter = job_filter;
             lo.filter_ctx = &j;
             lo.select = job_select;

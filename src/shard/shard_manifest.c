@@ -416,3 +416,47 @@ int tzr_shard_manifest_build(const char *prefix, int nshards) {
     shard_table_free(&m);
     return rc;
 }
+
+int shard_hf_index_read(const char *path, shard_hf_map *m) {
+    memset(m, 0, sizeof *m);
+    char *text;
+    size_t tlen = 0;
+    int rc = json_bytes(path, &text, &tlen);
+    if (rc) return rc;
+    json_error_t jerr;
+    json_t *root = json_loadb(text, tlen, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
+    if (!root) return tzr_fail(TZR_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
+    json_t *wm = json_object_get(root, "weight_map");
+    if (!json_is_object(wm)) {
+        json_decref(root);
+        return tzr_fail(TZR_EFORMAT, "%s: no \"weight_map\" object (not a Hugging Face model.safetensors.index.json)",
+                        path);
+    }
+    size_t cap = json_object_size(wm);
+    m->names = calloc(cap ? cap : 1, sizeof *m->names);
+    m->files = calloc(cap ? cap : 1, sizeof *m->files);
+    if (!m->names || !m->files) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    const char *k;
+    json_t *v;
+    json_object_foreach(wm, k, v) {
+        if (rc) break;
+        const char *f = json_string_value(v);
+        if (!f || !*f || strchr(f, '/') || !strcmp(f, "..")) {
+            rc = tzr_fail(TZR_EFORMAT, "%s: weight_map entry '%s' must name a file beside the index", path, k);
+            break;
+        }
+        if (!(m->names[m->n] = strdup(k)) || !(m->files[m->n] = strdup(f))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        m->n++;
+    }
+    json_decref(root);
+    if (rc) shard_hf_map_free(m);
+    return rc;
+}
+
+void shard_hf_map_free(shard_hf_map *m) {
+    for (size_t i = 0; i < m->n; i++) free(m->names[i]), free(m->files[i]);
+    free(m->names);
+    free(m->files);
+    memset(m, 0, sizeof *m);
+}

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 /* Ends with suffix (a URL: before its query string). */
 static int ends_with(const char *s, const char *suffix) {
@@ -43,7 +44,7 @@ static int open_plain(tzr_shard_set *s, const char *path) {
 /* Where shard file NAME of the manifest at path lives: next to it, in
  * the same directory or under the same URL prefix (query string dropped;
  * an http(s) name is percent-encoded, an s3:// key is raw). */
-static int shard_location(const char *manifest, const char *name, char *buf, size_t cap) {
+int shard_location(const char *manifest, const char *name, char *buf, size_t cap) {
     int url = tzr_is_url(manifest);
     size_t end = url ? strcspn(manifest, "?#") : strlen(manifest);
     size_t dir = end;
@@ -106,7 +107,13 @@ static int check_shard(tzr_shard_set *s, int k) {
     return 0;
 }
 
-int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_options *opt) {
+static int is_dir(const char *path) {
+    struct stat st;
+    return !tzr_is_url(path) && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int open_set(tzr_shard_set **out, const char *path, const char *const *list, size_t nlist,
+                    const tzr_shard_open_options *opt) {
     *out = NULL;
     tzr_shard_open_options o = TZR_SHARD_OPEN_OPTIONS_INIT;
     if (TZR_OPTS(tzr_shard_open_options, o, opt, offsetof(tzr_shard_open_options, crypt))) return TZR_EINVAL;
@@ -120,7 +127,9 @@ int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_o
     s->verify = opt ? opt->verify : 1;
     s->crypt = opt->crypt;
     int rc;
-    if (!ends_with(path, ".json")) {
+    if (list || is_dir(path) || (ends_with(path, ".index.json") && !ends_with(path, TZR_SHARD_MANIFEST_SUFFIX))) {
+        rc = shard_open_hf(s, path, list, nlist); /* Hugging Face: a directory, its index, or files */
+    } else if (!ends_with(path, ".json")) {
         rc = open_plain(s, path);
     } else {
         int side;
@@ -140,6 +149,18 @@ int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_o
     }
     *out = s;
     return 0;
+}
+
+int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_options *opt) {
+    if (!out) return tzr_fail(TZR_EINVAL, "NULL output pointer");
+    return open_set(out, path, NULL, 0, opt);
+}
+
+int tzr_shard_open_files(tzr_shard_set **out, const char *const *paths, size_t n, const tzr_shard_open_options *opt) {
+    if (!out) return tzr_fail(TZR_EINVAL, "NULL output pointer");
+    *out = NULL;
+    if (!paths || n == 0) return tzr_fail(TZR_EINVAL, "no files");
+    return open_set(out, paths[0], paths, n, opt);
 }
 
 void tzr_shard_close(tzr_shard_set *s) {

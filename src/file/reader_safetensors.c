@@ -1,0 +1,94 @@
+/* A safetensors file through the reader: its JSON header becomes the
+ * tensor table (names, dtypes, shapes, data offsets), so tzr_load, the
+ * sinks, filters, shard sets and multi-rank loads take safetensors exactly
+ * as they take .tensors files, from any source (local, S3, HTTP). The
+ * tensors have no headers and no hashes: each one's header is empty
+ * (header_offset == data_offset) and reads as st_header, all zero. */
+#include "reader_internal.h"
+#include "reader_struct.h"
+#include "tzr_safetensors.h"
+
+#include <string.h>
+
+/* The whole JSON header: from head when it holds it, else read. */
+static int parse(tzr_reader *r, const uint8_t *head, size_t head_len, tzr_st_file **f) {
+    uint64_t n = tzr_ld64(head);
+    if (n > TZR_ST_MAX_HEADER)
+        return tzr_fail(TZR_ELIMIT, "%s: safetensors header length %llu (byte 0) is over the %llu-byte cap",
+                        r->src->name, (unsigned long long)n, (unsigned long long)TZR_ST_MAX_HEADER);
+    if (8 + n <= head_len) return tzr_st_parse_header(f, head, head_len, r->src->size, r->src->name);
+    uint8_t *all = malloc((size_t)(8 + n));
+    if (!all) return tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte header", (unsigned long long)n);
+    memcpy(all, head, head_len);
+    int rc = r->src->read_at(r->src, all + head_len, (size_t)(8 + n - head_len), head_len);
+    if (rc) rc = tzr_fail_prefix(rc, "%s: reading the safetensors header: ", r->src->name);
+    if (!rc) rc = tzr_st_parse_header(f, all, (size_t)(8 + n), r->src->size, r->src->name);
+    free(all);
+    return rc;
+}
+
+int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len) {
+    tzr_st_file *f = NULL;
+    int rc = parse(r, head, head_len, &f);
+    if (rc) return rc;
+    size_t n = tzr_st_count(f), ndims = 0, names = 0;
+    for (size_t i = 0; i < n; i++) ndims += tzr_st_get(f, i)->ndim, names += tzr_st_get(f, i)->name_len + 1;
+    r->safetensors = 1;
+    r->verify = 0; /* nothing stored to verify against */
+    r->marker_checked = 1;
+    r->records_end = r->src->size;
+    r->n = n;
+    r->t = tzr_calloc_big(n ? n : 1, sizeof *r->t);
+    r->dims = tzr_alloc_big((ndims ? ndims : 1) * sizeof *r->dims);
+    r->nbuckets = 16;
+    while (r->nbuckets < 2 * n) r->nbuckets *= 2;
+    r->buckets = tzr_calloc_big(r->nbuckets, sizeof *r->buckets);
+    r->strings.block_size = names + 64 * 16 + 64;
+    if (!r->t || !r->dims || !r->buckets) rc = tzr_fail(TZR_ENOMEM, "out of memory for %zu tensors", n);
+    size_t dims_used = 0;
+    for (size_t i = 0; i < n && !rc; i++) { /* file order: tzr_st_get is sorted by offset */
+        const tzr_st_tensor *st = tzr_st_get(f, i);
+        tensor_slot *s = &r->t[i];
+        tzr_tensor_info *t = &s->info;
+        size_t dlen = 0;
+        const char *dstr = tzr_dtype_string(st->dtype, &dlen);
+        char *name = tzr_arena_alloc(&r->strings, st->name_len + 1);
+        char *dtype = dstr ? tzr_arena_alloc(&r->strings, dlen + 1) : NULL;
+        if (!name || !dtype) {
+            rc = dstr ? tzr_fail(TZR_ENOMEM, "out of memory")
+                      : tzr_fail(TZR_ENOTSUP, "%s: tensor '%s': dtype %s has no tensorizer form", r->src->name,
+                                 st->name, st->st_dtype);
+            break;
+        }
+        memcpy(name, st->name, st->name_len + 1);
+        memcpy(dtype, dstr, dlen);
+        dtype[dlen] = 0;
+        t->name = name;
+        t->name_len = st->name_len;
+        t->type = TZR_STATE_DICT;
+        t->module_idx = 0;
+        t->dtype_str = dtype;
+        t->dtype_len = dlen;
+        int opaque = 0;
+        if ((rc = tzr_dtype_parse(dtype, dlen, &t->dtype, &t->itemsize, &opaque))) break;
+        t->opaque = opaque;
+        t->ndim = st->ndim;
+        uint64_t *shape = r->dims + dims_used;
+        dims_used += st->ndim;
+        t->numel = 1;
+        for (uint32_t d = 0; d < st->ndim; d++) shape[d] = st->shape[d], t->numel *= st->shape[d];
+        t->shape = shape;
+        t->nbytes = st->nbytes; /* checked against shape and dtype by the parser */
+        t->header_offset = t->data_offset = st->data_offset;
+        t->data_length = t->stored_length = t->uncompressed_length = st->nbytes;
+        t->compression = TZR_COMPRESSION_NONE;
+        t->byte_planes = 1;
+        s->hdr = &r->st_header;
+        s->hdr_bytes = (uint8_t *)&r->st_header; /* "read": there is nothing to read */
+        size_t other;
+        if (reader_index_name(r, i, &other))
+            rc = tzr_fail(TZR_EDUP, "%s: tensor '%s' appears twice", r->src->name, name);
+    }
+    tzr_st_free(f);
+    return rc;
+}

@@ -1,0 +1,73 @@
+/* The reader's state, shared by reader.c (tensorizer files) and
+ * reader_safetensors.c (safetensors files read through the same reader,
+ * so every loader path takes them). Nothing outside src/file includes it. */
+#ifndef TZR_READER_STRUCT_H
+#define TZR_READER_STRUCT_H
+
+#include "crypt.h"
+#include "format.h"
+#include "mem.h"
+
+#include <pthread.h>
+
+/* The parsed header lives out of line, in the headers arena: most loads
+ * never keep one, and inline it tripled the per-tensor memory the index
+ * parse touches (44 MB for 100k tensors instead of 18). */
+typedef struct tensor_slot {
+    tzr_tensor_info info;
+    uint8_t *hdr_bytes;     /* NULL until the header was read */
+    tzr_tensor_header *hdr; /* points into hdr_bytes */
+} tensor_slot;
+
+typedef struct kept_header {
+    tzr_tensor_header h;
+    uint8_t bytes[];
+} kept_header;
+
+typedef struct dir_entry {
+    tzr_comp_info ci;       /* frame_sizes point into dir_bytes */
+    size_t at, len;         /* the block's bytes in dir_bytes */
+} dir_entry;
+
+typedef struct derived_key {
+    uint64_t ops, mem;
+    int32_t alg;
+    uint8_t salt[TZR_SALT_BYTES];
+    uint8_t key[32];
+} derived_key;
+
+struct tzr_reader {
+    tzr_source *src;
+    tzr_file_header fh;
+    int crypt_info;
+    int comp_info;          /* headers carry compression blocks */
+    size_t n;
+    tensor_slot *t;
+    uint64_t *dims;
+    uint64_t *buckets;      /* open addressing: name hash tag << 32 | index+1; 0 = empty */
+    size_t nbuckets;
+    int verify;
+    int have_key;
+    uint8_t key[32];
+    char *password;
+    size_t password_len;
+    pthread_mutex_t lock;   /* header cache and derived keys */
+    derived_key *dkeys;
+    size_t ndkeys;
+    tzr_arena strings;      /* names and dtypes (open only) */
+    dir_entry *dir;         /* frame directory, per tensor; NULL without one */
+    uint8_t *dir_bytes;
+    tzr_arena headers;      /* header copies, under lock */
+    uint64_t records_end;   /* where the end-of-tensors marker is */
+    int marker_checked;     /* its bytes were read and are zero (atomic) */
+    int safetensors;        /* a safetensors file: no tensor headers, no hashes */
+    tzr_tensor_header st_header; /* what every tensor's header reads as then */
+};
+
+/* Fill r (source, options set) from a safetensors file whose first
+ * head_len bytes are head. */
+TZR_HIDDEN int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len);
+/* Enter tensor i's name in the lookup table (sized at open); TZR_EDUP,
+ * with no message set, when tensor *other has the same name. */
+TZR_HIDDEN int reader_index_name(tzr_reader *r, size_t i, size_t *other);
+#endif
