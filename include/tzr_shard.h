@@ -50,8 +50,17 @@ typedef struct tzr_shard_writer_options {
     /* The shard file's writer options (key or password, compression);
      * NULL: defaults. metadata_size above wins when set. */
     const tzr_writer_options *file;
+    /* Added later. A path with one %d / %0Nd field: shard k's file is
+     * the pattern with k in it ("model-rank-%03d.tensors", as vLLM names
+     * per-rank files) instead of PREFIX-rank-0000k-of-0000N.tensors. The
+     * sidecar and the manifest still follow the prefix. */
+    const char *file_pattern;
 } tzr_shard_writer_options;
-#define TZR_SHARD_WRITER_OPTIONS_INIT { sizeof(tzr_shard_writer_options), 0, 0, 0 }
+#define TZR_SHARD_WRITER_OPTIONS_INIT { sizeof(tzr_shard_writer_options), 0, 0, 0, 0 }
+
+/* The pattern's %d / %0Nd field replaced by rank; TZR_EINVAL when the
+ * pattern does not hold exactly one such field. */
+TZR_API int tzr_shard_rank_path(char *buf, size_t cap, const char *pattern, int rank);
 
 /* One tensor's slice held by this shard. */
 typedef struct tzr_shard_tensor_desc {
@@ -99,8 +108,9 @@ typedef struct tzr_shard_split_options {
     uint64_t min_split_bytes; /* default rule: split dim 0 only from this size (0: 1 MiB) */
     uint64_t metadata_size;   /* index reservation of each shard (0: default) */
     const tzr_writer_options *file; /* each shard file's writer options; NULL: defaults */
+    const char *file_pattern; /* added later: shard file names (tzr_shard_writer_options) */
 } tzr_shard_split_options;
-#define TZR_SHARD_SPLIT_OPTIONS_INIT { sizeof(tzr_shard_split_options), 0, 0, 0 }
+#define TZR_SHARD_SPLIT_OPTIONS_INIT { sizeof(tzr_shard_split_options), 0, 0, 0, 0 }
 
 /* Cut a whole checkpoint into nshards shards + manifest. Default rule:
  * split dim 0 when shape[0] % nshards == 0 and the tensor holds at least
@@ -150,8 +160,25 @@ typedef struct tzr_shard_open_options {
     size_t struct_size;
     int verify;             /* check shard hashes and manifest sha256 */
     tzr_crypt_params crypt; /* key or password of encrypted shard files */
+    /* Added later. A rank set without a manifest (a path with a %d or
+     * %0Nd field, as vLLM names its per-rank files): how each tensor was
+     * cut, "glob=DIM,glob=replicate,..." (first match wins; no match:
+     * replicated). NULL: TZR_SHARD_RULES_VLLM. */
+    const char *rank_rules;
 } tzr_shard_open_options;
-#define TZR_SHARD_OPEN_OPTIONS_INIT { sizeof(tzr_shard_open_options), 1, {0, 0, 0, 0, 0, 0} }
+#define TZR_SHARD_OPEN_OPTIONS_INIT { sizeof(tzr_shard_open_options), 1, {0, 0, 0, 0, 0, 0}, 0 }
+
+/* Tensor-parallel layers as vLLM (and Megatron) cut them: column-parallel
+ * weights and biases (q/k/v, merged qkv, gate/up, merged gate_up, the
+ * vocabulary embedding and lm_head) along dim 0, row-parallel weights
+ * (o_proj, down_proj) along dim 1, everything else (norms, row-parallel
+ * biases) replicated. Merged layers (qkv_proj, gate_up_proj) hold each
+ * rank's parts back to back, so a set of them loads exactly onto its own
+ * rank count; onto another count their rows are regrouped as one tensor. */
+#define TZR_SHARD_RULES_VLLM                                                                             \
+    "*.qkv_proj.*=0,*.q_proj.*=0,*.k_proj.*=0,*.v_proj.*=0,*.gate_up_proj.*=0,*.gate_proj.*=0,*.up_proj.*=0," \
+    "*embed_tokens.*=0,*lm_head.*=0,*.o_proj.weight=1,*.down_proj.weight=1"
+
 
 /* Open a manifest: parses it, checks the tiling, checks every shard file
  * exists with the recorded size and holds each listed slice with the
@@ -165,6 +192,11 @@ TZR_API int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shar
  * map must match the files exactly (an error names the tensor and both
  * files otherwise). tzr_shard_open_files opens a list of .safetensors or
  * .tensors files the same way (each tensor in exactly one file). */
+/* A path with a %d or %0Nd field ("model-rank-%03d.tensors", vLLM's
+ * per-rank files) opens ranks 0, 1, ... up to the first missing file as one
+ * sharded set: every file holds every tensor under its global name with
+ * its local shape, cut as opt->rank_rules say (the global shape is the sum
+ * along the cut dim; replicated tensors must agree everywhere). */
 TZR_API int tzr_shard_open_files(tzr_shard_set **out, const char *const *paths, size_t n,
                                  const tzr_shard_open_options *opt);
 TZR_API void tzr_shard_close(tzr_shard_set *s);

@@ -527,12 +527,21 @@ static int do_export(const opts *o, tzr_reader *r) {
 }
 
 /* ---- shard manifests ---------------------------------------------------- */
-/* A set of files: a tzr manifest, a Hugging Face index, or a directory. */
+/* A %d or %0Nd field: per-rank files (vLLM's model-rank-%03d.tensors). */
+static int rank_pattern(const char *path) {
+    const char *p = strchr(path, '%');
+    if (!p) return 0;
+    for (p++; *p >= '0' && *p <= '9'; p++) {}
+    return *p == 'd';
+}
+
+/* A set of files: a tzr manifest, a Hugging Face index, a directory, or
+ * a rank pattern. */
 static int is_manifest(const char *path) {
     size_t n = strlen(path), m = strlen(TZR_SHARD_MANIFEST_SUFFIX);
     struct stat st;
     return (n > m && strcmp(path + n - m, TZR_SHARD_MANIFEST_SUFFIX) == 0) ||
-           (n > 11 && strcmp(path + n - 11, ".index.json") == 0) ||
+           (n > 11 && strcmp(path + n - 11, ".index.json") == 0) || rank_pattern(path) ||
            (!strstr(path, "://") && stat(path, &st) == 0 && S_ISDIR(st.st_mode));
 }
 

@@ -44,6 +44,10 @@ static const char usage[] =
     "                          1 to 22, default 1); libtzr extension: tensorizer refuses such files\n"
     "      --shards N          write N (1 to 99999) rank shards PREFIX-rank-0000k-of-0000N.tensors and\n"
     "                          the manifest PREFIX.tzr-index.json (PREFIX: OUT less .tensors)\n"
+    "      --names vllm        with --shards: shard k is OUT with k in its rank field, as vLLM\n"
+    "                          names per-rank files (-o model-rank-%03d.tensors), cut as\n"
+    "                          vLLM's tensor-parallel layers are unless --split-dim says\n"
+    "                          otherwise; the manifest is OUT less the field .tzr-index.json\n"
     "      --split-dim RULES   how --shards cuts tensors: \"glob=DIM,glob=replicate,...\"\n"
     "                          (default: dim 0 when it divides evenly and the tensor is\n"
     "                          >= 1 MiB, else replicate on every shard); a rule naming a\n"
@@ -231,17 +235,32 @@ static int add_hf(out_files *w, const char *path, progress_state *ps) {
     return rc;
 }
 
-/* Without --force, an existing manifest or shard file of the set is refused. */
-static int refuse_existing_shards(const char *output, int n, int force) {
-    char prefix[4096], name[4200];
-    snprintf(prefix, sizeof prefix, "%s", output);
+/* The set's prefix: OUT less .tensors, or with --names vllm OUT less its
+ * rank field (and the - or _ before it): model-rank-%03d.tensors ->
+ * model-rank, whose manifest is model-rank.tzr-index.json. */
+static void set_prefix(const char *output, int vllm, char *prefix, size_t cap) {
+    snprintf(prefix, cap, "%s", output);
+    char *f = vllm ? strchr(prefix, '%') : NULL;
+    if (f) {
+        *f = 0;
+        while (f > prefix && (f[-1] == '-' || f[-1] == '_' || f[-1] == '.')) *--f = 0;
+    }
     size_t pl = strlen(prefix);
     if (pl > 8 && strcmp(prefix + pl - 8, ".tensors") == 0) prefix[pl - 8] = 0;
+}
+
+/* Shard k's file name: PREFIX-rank-0000k-of-0000N.tensors, or the pattern. */
+static int shard_name(char *buf, size_t cap, const char *prefix, const char *pattern, int k, int n) {
+    return pattern ? tzr_shard_rank_path(buf, cap, pattern, k) : tzr_shard_file_name(buf, cap, prefix, k, n, ".tensors");
+}
+
+/* Without --force, an existing manifest or shard file of the set is refused. */
+static int refuse_existing_shards(const char *prefix, const char *pattern, int n, int force) {
+    char name[4200];
     snprintf(name, sizeof name, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
     if (cli_output_check(name, force)) return -1;
     for (int k = 0; k < n; k++)
-        if (!tzr_shard_file_name(name, sizeof name, prefix, k, n, ".tensors") && cli_output_check(name, force))
-            return -1;
+        if (!shard_name(name, sizeof name, prefix, pattern, k, n) && cli_output_check(name, force)) return -1;
     return 0;
 }
 
@@ -255,10 +274,10 @@ int main(int argc, char **argv) {
     const char *output = NULL;
     uint64_t index_bytes = 0;
     int quiet = 0;
-    int shards = 0, force = 0, part_mib = 0, uploads = 0;
+    int shards = 0, force = 0, part_mib = 0, uploads = 0, vllm_names = 0;
     const char *rules = NULL;
     int zlevel = -1; /* --compress: zstd level (0 = default) */
-    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA, O_TIMEOUT, O_FORCE, O_PART, O_UPLOADS };
+    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA, O_TIMEOUT, O_FORCE, O_PART, O_UPLOADS, O_NAMES };
     static const struct option longs[] = {{"output", required_argument, 0, 'o'},
                                           {"key-file", required_argument, 0, O_KEY},
                                           {"password-file", required_argument, 0, O_PW},
@@ -271,6 +290,7 @@ int main(int argc, char **argv) {
                                           {"force", no_argument, 0, O_FORCE},
                                           {"part-size", required_argument, 0, O_PART},
                                           {"uploads", required_argument, 0, O_UPLOADS},
+                                          {"names", required_argument, 0, O_NAMES},
                                           {"quiet", no_argument, 0, 'q'},
                                           {"help", no_argument, 0, 'h'},
                                           {"version", no_argument, 0, O_VERSION},
@@ -300,6 +320,13 @@ int main(int argc, char **argv) {
             break;
         case O_FORCE: force = 1; break;
         case O_PART: if (cli_int("--part-size", optarg, 5, 5120, &part_mib)) return EXIT_USAGE; break;
+        case O_NAMES:
+            if (strcmp(optarg, "vllm") != 0) {
+                cli_error("--names: only 'vllm' (per-rank files named by OUT's %%03d field), got '%s'", optarg);
+                return EXIT_USAGE;
+            }
+            vllm_names = 1;
+            break;
         case O_UPLOADS: if (cli_int("--uploads", optarg, 1, 64, &uploads)) return EXIT_USAGE; break;
         case 'q': quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
@@ -331,14 +358,16 @@ int main(int argc, char **argv) {
      * read: no joined copy of the model on disk. */
     char prefix[4096], manifest[4200];
     const char *target = output; /* what the user named, for messages */
-    if (shards ? refuse_existing_shards(output, shards, force) : cli_output_check(output, force))
-        return EXIT_FAIL;
-    if (shards) {
-        snprintf(prefix, sizeof prefix, "%s", output);
-        size_t pl = strlen(prefix);
-        if (pl > 8 && strcmp(prefix + pl - 8, ".tensors") == 0) prefix[pl - 8] = 0;
-        snprintf(manifest, sizeof manifest, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
+    const char *pattern = vllm_names ? output : NULL;
+    if (vllm_names && (!shards || tzr_shard_rank_path(manifest, sizeof manifest, output, 0))) {
+        cli_error("--names vllm goes with --shards N and an OUT with a rank field, as model-rank-%%03d.tensors");
+        return EXIT_USAGE;
     }
+    if (vllm_names && !rules) rules = TZR_SHARD_RULES_VLLM; /* how vLLM cuts tensor-parallel layers */
+    set_prefix(output, vllm_names, prefix, sizeof prefix);
+    snprintf(manifest, sizeof manifest, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
+    if (shards ? refuse_existing_shards(prefix, pattern, shards, force) : cli_output_check(output, force))
+        return EXIT_FAIL;
     cli_output_guard(shards ? manifest : output, NULL);
 
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
@@ -359,6 +388,7 @@ int main(int argc, char **argv) {
         tzr_shard_split_options so = TZR_SHARD_SPLIT_OPTIONS_INIT;
         so.metadata_size = wo.metadata_size;
         so.file = &wo;
+        so.file_pattern = pattern;
         rc = tzr_shard_splitter_open(&w.sp, prefix, shards, rules, &so);
     } else if (!cli_stop_signal && strncasecmp(output, "s3://", 5) == 0) {
         tzr_http_options ho = TZR_HTTP_OPTIONS_INIT;
@@ -405,7 +435,7 @@ int main(int argc, char **argv) {
         if (cli_stop_signal) return cli_output_stopped(1);
         if (!quiet) {
             char first[4200];
-            tzr_shard_file_name(first, sizeof first, prefix, 0, shards, ".tensors");
+            shard_name(first, sizeof first, prefix, pattern, 0, shards);
             fprintf(stderr, "tensorize: wrote %d shards (%s ...) and %s%s in %.2f s\n", shards, first, prefix,
                     TZR_SHARD_MANIFEST_SUFFIX, cli_now() - t0);
         }

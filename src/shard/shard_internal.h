@@ -68,6 +68,10 @@ TZR_HIDDEN int shard_open_hf(tzr_shard_set *s, const char *path, const char *con
  * beside it (same directory or URL prefix). */
 TZR_HIDDEN int shard_location(const char *manifest, const char *name, char *buf, size_t cap);
 
+/* Rank sets named by a %d / %0Nd field (shard_ranks.c). */
+TZR_HIDDEN int shard_rank_field(const char *path, size_t *at, size_t *end);
+TZR_HIDDEN int shard_open_ranks(tzr_shard_set *s, const char *pattern, const char *rules);
+
 /* Split rules. */
 typedef struct shard_rule {
     char *glob;

@@ -127,7 +127,10 @@ static int open_set(tzr_shard_set **out, const char *path, const char *const *li
     s->verify = opt ? opt->verify : 1;
     s->crypt = opt->crypt;
     int rc;
-    if (list || is_dir(path) || (ends_with(path, ".index.json") && !ends_with(path, TZR_SHARD_MANIFEST_SUFFIX))) {
+    size_t at, end;
+    if (!list && shard_rank_field(path, &at, &end)) {
+        rc = shard_open_ranks(s, path, opt->rank_rules ? opt->rank_rules : TZR_SHARD_RULES_VLLM);
+    } else if (list || is_dir(path) || (ends_with(path, ".index.json") && !ends_with(path, TZR_SHARD_MANIFEST_SUFFIX))) {
         rc = shard_open_hf(s, path, list, nlist); /* Hugging Face: a directory, its index, or files */
     } else if (!ends_with(path, ".json")) {
         rc = open_plain(s, path);

@@ -84,6 +84,7 @@ int tzr_shard_splitter_open(tzr_shard_splitter **out, const char *prefix, int ns
         rc = tzr_fail(TZR_ENOMEM, "out of memory");
     tzr_shard_writer_options wo = TZR_SHARD_WRITER_OPTIONS_INIT;
     wo.metadata_size = o.metadata_size;
+    wo.file_pattern = o.file_pattern;
     /* The shard files are written at once, so their writers share the
      * CPUs: each streams with CPUs / N threads (at least one). */
     tzr_writer_options fo = TZR_WRITER_OPTIONS_INIT;

@@ -40,7 +40,8 @@ int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, int rank, 
     opt = &o;
     tzr_shard_writer *sw = calloc(1, sizeof *sw);
     if (!sw) return tzr_fail(TZR_ENOMEM, "out of memory");
-    int rc = tzr_shard_file_name(sw->path, sizeof sw->path, prefix, rank, nranks, ".tensors");
+    int rc = opt->file_pattern ? tzr_shard_rank_path(sw->path, sizeof sw->path, opt->file_pattern, rank)
+                               : tzr_shard_file_name(sw->path, sizeof sw->path, prefix, rank, nranks, ".tensors");
     if (!rc) rc = tzr_shard_file_name(sw->side, sizeof sw->side, prefix, rank, nranks, TZR_SHARD_PART_SUFFIX);
     if (rc) {
         free(sw);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# vLLM-style rank sets: tensorize --shards N --names vllm writes per-rank
+# files named by OUT's %03d field (cut as vLLM's tensor-parallel layers
+# are: column-parallel along dim 0, o_proj/down_proj along dim 1, norms
+# replicated), and a set of such files with no manifest opens as one
+# sharded checkpoint from the pattern alone. Oracle: tests/util/st_same.py.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+. tests/util/lib.sh
+"$BUILD/tzr-bench" --make-sample "$T/m.safetensors" --size-mib 16 --layers 2 >/dev/null
+same() { python3 tests/util/st_same.py "$1" "$2"; }
+
+$TZ -q "$T/m.safetensors" --shards 2 --names vllm -o "$T/model-rank-%03d.tensors"; rc=$?
+check vllm_names_files sh -c "test $rc = 0 && test -f '$T/model-rank-000.tensors' && test -f '$T/model-rank-001.tensors' &&
+    test -f '$T/model-rank.tzr-index.json' && test ! -e '$T/model-rank-002.tensors'"
+$DT --list "$T/model-rank-000.tensors" > "$T/r0.out"
+check vllm_cut_like_tensor_parallel sh -c "grep -q 'self_attn.o_proj.weight .*\\[64, 32\\]' '$T/r0.out' &&
+    grep -q 'self_attn.q_proj.weight .*\\[32, 64\\]' '$T/r0.out' && grep -q 'input_layernorm.weight .*\\[64\\]' '$T/r0.out'"
+rm "$T/model-rank.tzr-index.json"   # the pattern alone must do
+$DT "$T/model-rank-%03d.tensors" -q -o "$T/back.safetensors"
+check vllm_rank_set_export_same same "$T/back.safetensors" "$T/m.safetensors"
+$DT --list "$T/model-rank-%03d.tensors" > "$T/l.out"
+check vllm_rank_set_lists sh -c "grep -q '2 shards' '$T/l.out' && grep -q 'o_proj.weight .* dim 1' '$T/l.out'"
+$DT --verify "$T/model-rank-%03d.tensors" > /dev/null 2>&1
+check vllm_rank_set_verifies test $? = 0
+
+# Rank files that disagree: one clear error naming the tensor and the file.
+mkdir "$T/bad" "$T/bad2"
+$TZ -q "$T/m.safetensors" -o "$T/bad/r-000.tensors"
+$DT "$T/bad/r-000.tensors" -q -o "$T/part.safetensors" -f 'model.layers.*'
+$TZ -q "$T/part.safetensors" -o "$T/bad/r-001.tensors"
+$DT --list "$T/bad/r-%03d.tensors" > /dev/null 2> "$T/e"; rc=$?
+check vllm_rank_set_missing_tensor sh -c "test $rc = 1 && grep -q \"tensor 'model.embed_tokens.weight' is in rank 0's file but not in rank 1's (.*r-001.tensors)\" '$T/e'"
+"$BUILD/tzr-bench" --make-sample "$T/one.safetensors" --size-mib 16 --layers 1 >/dev/null
+cp "$T/bad/r-000.tensors" "$T/bad2/r-000.tensors"
+$TZ -q "$T/one.safetensors" -o "$T/bad2/r-001.tensors"
+$DT --list "$T/bad2/r-%03d.tensors" > /dev/null 2> "$T/e4"; rc=$?
+check vllm_rank_set_extent_mismatch sh -c "test $rc = 1 && grep -q \"tensor 'model.embed_tokens.weight': rank 1 has extent 128 in dim 1, rank 0 64 (.*r-001.tensors; not the cut dim)\" '$T/e4'"
+$DT --list "$T/bad/none-%03d.tensors" > /dev/null 2> "$T/e2"; rc=$?
+check vllm_rank_set_none sh -c "test $rc = 1 && grep -q \"no rank file: rank 0's\" '$T/e2'"
+$TZ -q "$T/m.safetensors" --names vllm -o "$T/x-%03d.tensors" 2> "$T/e3"; rc=$?
+check vllm_names_needs_shards sh -c "test $rc = 2 && grep -q 'goes with --shards' '$T/e3'"
+exit 0
