@@ -5,7 +5,8 @@
 # measures the baselines on the same object in the same run (parallel
 # ranged curl; one curl stream; `aws s3 cp` for Swift), then sweeps
 # tzr-bench --source over concurrency x range size against the best one.
-# Then uploads to Swift: `aws s3 cp` (multipart) and parallel curl PUTs of
+# Then the same tensors as a safetensors file next to the .tensors load,
+# and uploads to Swift: `aws s3 cp` (multipart) and parallel curl PUTs of
 # the same bytes cut in parts (presigned), against `tensorize -o s3://`
 # over part size x parts in flight.
 # Env: SIZE_MIB (default 512), REPEAT (2), INFLIGHT ("8,16,32"), RANGES ("8,16"),
@@ -30,7 +31,7 @@ echo "== checkpoint: ${SIZE_MIB} MiB, LLM-shaped bf16" >&2
 "$BUILD/tzr-bench" --make-sample "$T/m.safetensors" --size-mib "$SIZE_MIB" --layers 16
 "$BUILD/tensorize" -q "$T/m.safetensors" -o "$T/m.tensors"
 SIZE=$(stat -c %s "$T/m.tensors")
-chmod o+rx "$T" && chmod o+r "$T/m.tensors"   # nginx workers run unprivileged
+chmod o+rx "$T" && chmod o+r "$T/m.tensors" "$T/m.safetensors"   # nginx workers run unprivileged
 
 # ---- nginx ---------------------------------------------------------------
 mkdir -p "$T/nginx/logs"
@@ -55,6 +56,7 @@ EP=$(timeout 120 bash tests/util/swift.sh start "$T/swift")
 export AWS_ACCESS_KEY_ID=test:tester AWS_SECRET_ACCESS_KEY=testing AWS_DEFAULT_REGION=us-east-1 AWS_ENDPOINT_URL=$EP
 aws s3 mb s3://bench >/dev/null
 "$BUILD/tensorize" -q "$T/m.safetensors" -o s3://bench/m.tensors   # libtzr's multipart upload
+aws s3 cp --quiet "$T/m.safetensors" s3://bench/m.safetensors        # the same tensors as safetensors
 SURL="s3://bench/m.tensors"
 
 # ---- baselines ----------------------------------------------------------------
@@ -115,6 +117,26 @@ for origin in nginx swift; do
         echo
     done
 done
+# The same tensors as one safetensors file, through the same reader and
+# pipeline, next to the .tensors load (null sink; same run).
+echo "| origin | format | seconds | GB/s | vs .tensors |"
+echo "|---|---|---|---|---|"
+for origin in nginx swift; do
+    if [ "$origin" = nginx ]; then base="http://127.0.0.1:$NPORT/m"; else base=s3://bench/m; fi
+    bt=1e9; bs=1e9
+    for rep in $(seq "$REPEAT"); do
+        for fmt in tensors safetensors; do
+            t0=$(now_ns)
+            "$BUILD/tzr-bench" --source "$base.$fmt" --sink null --repeat 1 --inflight 16 --range-mib 16 --ring-mib 256 >/dev/null
+            t1=$(now_ns)
+            secs=$(python3 -c "print(($t1-$t0)/1e9)")
+            if [ $fmt = tensors ]; then bt=$(python3 -c "print(min($bt, $secs))"); else bs=$(python3 -c "print(min($bs, $secs))"); fi
+        done
+    done
+    echo "| $origin | .tensors | $bt | $(python3 -c "print(f'{$SIZE/$bt/1e9:.3f}')") | 1.00x |"
+    echo "| $origin | .safetensors | $bs | $(python3 -c "print(f'{$SIZE/$bs/1e9:.3f}')") | $(python3 -c "print(f'{$bs/$bt:.2f}')")x |"
+done
+echo
 
 # ---- uploads to Swift --------------------------------------------------------
 # Baselines move the same bytes as libtzr's upload (the .tensors file):
