@@ -69,15 +69,6 @@ static int split(const char *prefix, int n, int from_source, tzr_source *src, co
     return tzr_shard_splitter_close(s);
 }
 
-static int same_files(const char *a, const char *b) {
-    size_t la, lb;
-    unsigned char *x = check_read_file(a, &la), *y = check_read_file(b, &lb);
-    int same = x && y && la == lb && memcmp(x, y, la) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 /* Load the whole set on one rank, verified, and compare with the blob. */
 static void loads_back(const char *prefix, const tzr_crypt_params *crypt) {
     char manifest[512];
@@ -116,7 +107,7 @@ static void same_shards_as_memory(void) {
             for (int k = 0; k < n; k++) {
                 tzr_shard_file_name(a, sizeof a, ref, k, n, ".tensors");
                 tzr_shard_file_name(b, sizeof b, out, k, n, ".tensors");
-                CHECKF(same_files(a, b), "%d shards, %d threads: shard %d differs from the in-memory splitter's", n,
+                CHECKF(check_same_file(a, b), "%d shards, %d threads: shard %d differs from the in-memory splitter's", n,
                        threads, k);
             }
             loads_back(out, NULL);

@@ -55,15 +55,6 @@ static int write_file(const char *path, const tzr_writer_options *o, unsigned mo
     return tzr_writer_close(w);
 }
 
-static int same_files(const char *a, const char *b) {
-    size_t la, lb;
-    unsigned char *x = check_read_file(a, &la), *y = check_read_file(b, &lb);
-    int same = x && y && la == lb && memcmp(x, y, la) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 static void identical_bytes(void) {
     make_blob();
     tzr_source *src = NULL;
@@ -80,7 +71,7 @@ static void identical_bytes(void) {
             for (int m = 0; m < 3; m++) {
                 o.threads = threads;
                 CHECK_OK(write_file(out, &o, modes[m], src));
-                CHECKF(same_files(ref, out), "compressed %d, %d threads, mode %#x: bytes differ from tzr_writer_add",
+                CHECKF(check_same_file(ref, out), "compressed %d, %d threads, mode %#x: bytes differ from tzr_writer_add",
                        comp, threads, modes[m]);
             }
     }

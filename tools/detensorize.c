@@ -527,12 +527,11 @@ static int do_export(const opts *o, tzr_reader *r) {
 }
 
 /* ---- shard manifests ---------------------------------------------------- */
-/* A %d or %0Nd field: per-rank files (vLLM's model-rank-%03d.tensors). */
+/* A %d or %0Nd field, as the library reads it: per-rank files (vLLM's
+ * model-rank-%03d.tensors). */
 static int rank_pattern(const char *path) {
-    const char *p = strchr(path, '%');
-    if (!p) return 0;
-    for (p++; *p >= '0' && *p <= '9'; p++) {}
-    return *p == 'd';
+    char first[8300];
+    return tzr_shard_rank_path(first, sizeof first, path, 0) == 0;
 }
 
 /* A set of files: a tzr manifest, a Hugging Face index, a directory, or

@@ -247,16 +247,23 @@ static int json_bytes(const char *path, char **out, size_t *len) {
     return rc;
 }
 
-int shard_json_read(const char *path, shard_table *tb, int *sidecar_shard) {
-    memset(tb, 0, sizeof *tb);
+/* The JSON document at path (local or a URL), parsed with flags. */
+static int json_read(const char *path, size_t flags, json_t **root) {
     char *text;
     size_t tlen = 0;
     int rc = json_bytes(path, &text, &tlen);
     if (rc) return rc;
     json_error_t jerr;
-    json_t *root = json_loadb(text, tlen, JSON_ALLOW_NUL, &jerr);
+    *root = json_loadb(text, tlen, flags, &jerr);
     free(text);
-    if (!root) return tzr_fail(TZR_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
+    return *root ? 0 : tzr_fail(TZR_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
+}
+
+int shard_json_read(const char *path, shard_table *tb, int *sidecar_shard) {
+    memset(tb, 0, sizeof *tb);
+    json_t *root;
+    int rc = json_read(path, JSON_ALLOW_NUL, &root);
+    if (rc) return rc;
     const char *fmt = json_string_value(json_object_get(root, "format"));
     json_t *jv = json_object_get(root, "version"), *jn = json_object_get(root, "shard_count");
     json_t *jsh = json_object_get(root, "shards"), *jt = json_object_get(root, "tensors");
@@ -419,14 +426,9 @@ int tzr_shard_manifest_build(const char *prefix, int nshards) {
 
 int shard_hf_index_read(const char *path, shard_hf_map *m) {
     memset(m, 0, sizeof *m);
-    char *text;
-    size_t tlen = 0;
-    int rc = json_bytes(path, &text, &tlen);
+    json_t *root;
+    int rc = json_read(path, JSON_REJECT_DUPLICATES, &root);
     if (rc) return rc;
-    json_error_t jerr;
-    json_t *root = json_loadb(text, tlen, JSON_REJECT_DUPLICATES, &jerr);
-    free(text);
-    if (!root) return tzr_fail(TZR_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm)) {
         json_decref(root);

@@ -130,3 +130,12 @@ unsigned char *check_unhex(const char *hex, size_t *len) {
     *len = n;
     return out;
 }
+
+int check_same_file(const char *a, const char *b) {
+    size_t la, lb;
+    unsigned char *x = check_read_file(a, &la), *y = check_read_file(b, &lb);
+    int same = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return same;
+}

@@ -69,6 +69,8 @@ int check_done(void);
 const char *check_golden_dir(void);
 /* Read a whole file; returns malloc'd bytes or NULL. */
 unsigned char *check_read_file(const char *path, size_t *len);
+/* 1 when both files can be read and hold the same bytes. */
+int check_same_file(const char *a, const char *b);
 int check_write_file(const char *path, const void *data, size_t len);
 /* A fresh temporary directory for this process (removed at exit). */
 const char *check_tmpdir(void);
