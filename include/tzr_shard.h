@@ -187,7 +187,10 @@ typedef struct tzr_shard_open_options {
 TZR_API int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_options *opt);
 /* path may also be a Hugging Face checkpoint: a directory (its
  * model.safetensors.index.json, else every *.safetensors file in it,
- * sorted), or such an index (local or a URL; its files beside it). Each
+ * sorted), or such an index (local or a URL; its files beside it). A URL
+ * ending in '/' is a directory: its index, else (s3://) the .safetensors
+ * objects directly under the prefix, else (http(s)://, which cannot be
+ * listed) its model.safetensors. Each
  * file is one shard holding its tensors whole; with an index the weight
  * map must match the files exactly (an error names the tensor and both
  * files otherwise). tzr_shard_open_files opens a list of .safetensors or

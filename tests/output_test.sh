@@ -3,9 +3,9 @@
 # (regular files, through symbolic links), what is refused before anything
 # is written (devices, FIFOs, directories, missing directories, existing
 # files without --force), long names, and what signals leave behind.
-# Slow writes come from a FIFO input that tensorize blocks on, and from an
-# HTTP origin that stalls mid-body (tests/util/faulty_http.py): every wait
-# polls for a state, none asserts a duration.
+# Slow writes come from an HTTP origin that stalls mid-body
+# (tests/util/faulty_http.py), for tensorize's input and detensorize's:
+# every wait polls for a state, none asserts a duration.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . tests/util/lib.sh
@@ -109,13 +109,23 @@ rc=${PIPESTATUS[0]}
 check sigpipe_on_stderr_write_completes sh -c "test $rc = 0 && cmp -s '$T/pipe.tensors' '$T/a.tensors'"
 
 # ---- SIGKILL: the next write removes the dead process's temporary -------
-# tensorize writes a.safetensors, then blocks opening the .tensors FIFO
-# input that nothing ever writes to (the progress scan reads .tensors
-# inputs only with --compress).
-mkfifo "$T/in.tensors"
+# tensorize opens its input from an HTTP origin whose data GETs stall
+# mid-body (faulty_http.py "stall": every 2nd GET, the first being the
+# header), so it blocks with its output's temporary file open. Each case
+# gets a fresh server, so the count starts again.
+mkdir -p "$T/slow"
+cp "$T/a.safetensors" "$T/slow/a.safetensors"
+srv=
+stop_server() { [ -n "$srv" ] && { kill $srv 2>/dev/null; wait $srv 2>/dev/null; }; srv=; }
+trap 'stop_server; rm -rf "$T"' EXIT
 start_blocked() { # TARGET [EXTRA ARGS]: tensorize pid in $pid, blocked mid-write
-    local target=$1; shift
-    $TZ -q "$T/a.safetensors" "$T/in.tensors" -o "$target" "$@" 2> "$T/sig.err" &
+    local target=$1 i; shift
+    stop_server
+    rm -f "$T/slow.port"
+    python3 tests/util/faulty_http.py "$T/slow" "$T/slow.port" 2>/dev/null &
+    srv=$!
+    for i in $(seq 100); do [ -s "$T/slow.port" ] && break; sleep 0.1; done
+    $TZ -q "http://127.0.0.1:$(cat "$T/slow.port")/stall/a.safetensors" -o "$target" "$@" 2> "$T/sig.err" &
     pid=$!
 }
 mkdir "$T/k"
@@ -160,6 +170,7 @@ sigcase INT 130 0
 sigcase TERM 143 1
 sigcase HUP 129 1
 sigcase HUP 129 0
+stop_server
 
 # ---- disk full / file size limit with the writer's threads in flight ------
 # One clear message, nothing at the target (or the old file untouched), no

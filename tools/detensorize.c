@@ -537,11 +537,8 @@ static int rank_pattern(const char *path) {
 /* A set of files: a tzr manifest, a Hugging Face index, a directory, or
  * a rank pattern. */
 static int is_manifest(const char *path) {
-    size_t n = strlen(path), m = strlen(TZR_SHARD_MANIFEST_SUFFIX);
-    struct stat st;
-    return (n > m && strcmp(path + n - m, TZR_SHARD_MANIFEST_SUFFIX) == 0) ||
-           (n > 11 && strcmp(path + n - 11, ".index.json") == 0) || rank_pattern(path) ||
-           (!strstr(path, "://") && stat(path, &st) == 0 && S_ISDIR(st.st_mode));
+    return cli_ends_with(path, TZR_SHARD_MANIFEST_SUFFIX) || cli_ends_with(path, ".index.json") ||
+           rank_pattern(path) || cli_is_directory(path);
 }
 
 static const char *shard_shown(const tzr_shard_tensor *t) { return shown(t->name, t->name_len); }

@@ -5,14 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
 #include "cli.h"
 #include "cli_output.h"
 #include "tzr_load.h"
-#include "tzr_safetensors.h"
 #include "tzr_http.h"
 #include "tzr_shard.h"
 
@@ -20,7 +18,10 @@ static const char usage[] =
     "Usage: tensorize IN [IN ...] -o OUT [OPTIONS]\n"
     "Writes the tensors of every input, in file order, to OUT as tensorizer's\n"
     "write_state_dict does (type state_dict, module index 0). Inputs are\n"
-    ".safetensors files or .tensors files; OUT is a path or an s3:// URL.\n"
+    "safetensors or .tensors files (told apart by their bytes), Hugging Face\n"
+    "checkpoints (a directory or its model.safetensors.index.json), as paths\n"
+    "or as s3:// / http(s):// URLs (a URL ending in / is a directory); OUT is\n"
+    "a path or an s3:// URL.\n"
     "A .tensors input's CRC32/SHA-256 are checked as it is read: a corrupt\n"
     "input fails (exit 1) instead of coming out with fresh hashes.\n"
     "\n"
@@ -59,11 +60,6 @@ static const char usage[] =
     "(SIGINT 130, SIGHUP 129, SIGTERM 143: the temporary file is removed and the\n"
     "message says what was kept).\n";
 
-static int is_tensors_file(const char *path) {
-    size_t n = strlen(path);
-    return n >= 8 && strcmp(path + n - 8, ".tensors") == 0;
-}
-
 /* What a tensor takes in the index reservation of a compressed output: its
  * entry and, in the frame directory (formats/tensorizer.md 11.5), its
  * compression block, one u32 per 4 MiB frame (the writer's default). */
@@ -80,38 +76,53 @@ static int rules_ok(const char *rules, const char *name, size_t name_len, uint32
     return 0;
 }
 
-/* One pass over the inputs: returns the bytes of the safetensors inputs
- * (the progress bar's total); when compressing, *index_bytes becomes a
+/* An input, opened before anything is written: a reader over one file
+ * (safetensors or .tensors, told apart by their bytes, from a path or a
+ * URL), or a Hugging Face checkpoint (a directory or prefix, or its
+ * index) as a set of such readers. Open until the output is closed: the
+ * writers read safetensors tensors from their sources on their threads. */
+typedef struct input {
+    tzr_reader *r;
+    tzr_shard_set *set;
+} input;
+
+static int input_open(input *in, const char *arg) {
+    if (cli_ends_with(arg, ".index.json") || cli_is_directory(arg)) {
+        tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
+        return tzr_shard_open(&in->set, arg, &so);
+    }
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    ro.read_headers = 1; /* module indices live in the headers */
+    ro.verify = 1;       /* a .tensors input's hashes are checked as it is read */
+    return tzr_reader_open(&in->r, arg, &ro);
+}
+static int input_nfiles(const input *in) { return in->set ? tzr_shard_nshards(in->set) : 1; }
+static tzr_reader *input_file(const input *in, int k) { return in->set ? tzr_shard_reader(in->set, k) : in->r; }
+static void input_close(input *in) {
+    tzr_reader_free(in->r);
+    tzr_shard_close(in->set);
+}
+
+/* One pass over the opened inputs: returns their tensor bytes (the
+ * progress bar's total); when compressing, *index_bytes becomes a
  * reservation that also holds the frame directory, so readers get every
  * frame table at open, and at least tensorizer's 256 KiB. *bad_rules is
  * set when --split-dim does not fit some tensor (printed). */
-static uint64_t scan_inputs(int argc, char **argv, int first, int compress, uint64_t *index_bytes, const char *rules,
+static uint64_t scan_inputs(const input *in, int n, int compress, uint64_t *index_bytes, const char *rules,
                             int *bad_rules) {
     uint64_t total = 0, need = 16 + 4096; /* directory prefix, slack */
-    for (int i = first; i < argc && !*bad_rules; i++) {
-        if (is_tensors_file(argv[i])) {
-            tzr_reader *r;
-            if ((!compress && !rules) || tzr_reader_open(&r, argv[i], NULL)) continue; /* errors: reported when added */
-            for (size_t k = 0; k < tzr_reader_count(r) && !*bad_rules; k++) {
-                const tzr_tensor_info *t = tzr_reader_tensor(r, k);
-                need += reserved_for(t->name_len, t->dtype_len, t->ndim, t->nbytes);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < input_nfiles(&in[i]); k++) {
+            tzr_reader *r = input_file(&in[i], k);
+            for (size_t j = 0; j < tzr_reader_count(r) && !*bad_rules; j++) {
+                const tzr_tensor_info *t = tzr_reader_tensor(r, j);
+                size_t dlen = t->dtype_len;
+                if (tzr_reader_format(r) == TZR_FORMAT_SAFETENSORS) tzr_dtype_string(t->dtype, &dlen);
+                need += reserved_for(t->name_len, dlen, t->ndim, t->nbytes);
                 *bad_rules = !rules_ok(rules, t->name, t->name_len, t->ndim);
+                total += t->nbytes;
             }
-            tzr_reader_free(r);
-            continue;
         }
-        tzr_st_file *f;
-        if (tzr_st_open(&f, argv[i])) continue;
-        for (size_t k = 0; k < tzr_st_count(f) && !*bad_rules; k++) {
-            const tzr_st_tensor *t = tzr_st_get(f, k);
-            *bad_rules = !rules_ok(rules, t->name, t->name_len, t->ndim);
-            size_t dlen = 0;
-            tzr_dtype_string(t->dtype, &dlen);
-            need += reserved_for(t->name_len, dlen, t->ndim, t->nbytes);
-            total += t->nbytes;
-        }
-        tzr_st_free(f);
-    }
     if (compress) {
         need = (need + 4095) / 4096 * 4096;
         *index_bytes = need > 262144 ? need : 262144;
@@ -130,54 +141,41 @@ typedef struct progress_state {
 typedef struct out_files {
     tzr_writer *w;
     tzr_shard_splitter *sp;
-    tzr_source *srcs[256]; /* safetensors inputs the writer reads from until close */
-    int nsrcs;
 } out_files;
-
-static void close_sources(out_files *o) {
-    for (int k = 0; k < o->nsrcs; k++) o->srcs[k]->destroy(o->srcs[k]);
-    o->nsrcs = 0;
-}
 
 static int out_add(out_files *o, const tzr_tensor_desc *d, const void *data) {
     return o->sp ? tzr_shard_splitter_add(o->sp, d, data) : tzr_writer_add(o->w, d, data);
 }
 
+static void close_inputs(input *in, int n) {
+    for (int i = 0; i < n; i++) input_close(&in[i]);
+    free(in);
+}
+
+static int stopped(void) { return cli_stop_signal ? tzr_set_error(TZR_ECANCELED, "interrupted") : 0; }
+
 /* The writer (or each shard writer) reads safetensors tensors itself,
- * piece by piece on its workers (tzr_writer_add_from): no mapping of the
- * input is faulted in, so memory stays flat whatever the model size. */
-static int add_safetensors(out_files *w, const char *path, progress_state *ps) {
-    tzr_st_file *f;
-    int rc = tzr_st_open(&f, path);
-    if (rc) return rc;
-    tzr_source *src = NULL;
-    if (w->nsrcs < (int)(sizeof w->srcs / sizeof w->srcs[0])) {
-        if ((rc = tzr_source_open_file(&src, path, 0))) {
-            tzr_st_free(f);
-            return rc;
-        }
-        w->srcs[w->nsrcs++] = src;
-    }
-    for (size_t i = 0; i < tzr_st_count(f) && !rc; i++) {
-        if (cli_stop_signal) {
-            rc = tzr_set_error(TZR_ECANCELED, "interrupted");
-            break;
-        }
-        const tzr_st_tensor *t = tzr_st_get(f, i);
+ * piece by piece on its workers (tzr_writer_add_from) from the input's
+ * source, local or remote: nothing is mapped or held whole, so memory
+ * stays flat whatever the model size. */
+static int add_safetensors(out_files *w, tzr_reader *r, progress_state *ps) {
+    tzr_source *src = tzr_reader_source(r);
+    int rc = 0;
+    for (size_t i = 0; i < tzr_reader_count(r) && !rc && !(rc = stopped()); i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         tzr_tensor_desc d = {0};
         d.name = t->name;
         d.name_len = t->name_len;
         d.type = TZR_STATE_DICT;
-        d.dtype = t->dtype;
+        d.dtype = t->dtype; /* tensorizer's own string for it, as write_state_dict writes */
         d.ndim = t->ndim;
         d.shape = t->shape;
-        if (!src) rc = out_add(w, &d, tzr_st_data(f, i));
-        else if (w->sp) rc = tzr_shard_splitter_add_from(w->sp, &d, src, t->data_offset);
-        else rc = tzr_writer_add_from(w->w, &d, src, t->data_offset);
+        rc = w->sp ? tzr_shard_splitter_add_from(w->sp, &d, src, t->data_offset)
+                   : tzr_writer_add_from(w->w, &d, src, t->data_offset);
+        if (rc) break;
         ps->done += t->nbytes;
         if (!ps->quiet) cli_progress_update(&ps->bar, ps->done);
     }
-    tzr_st_free(f);
     return rc;
 }
 
@@ -185,22 +183,14 @@ static int add_safetensors(out_files *w, const char *path, progress_state *ps) {
  * types, module indices and dtype strings. Each tensor's stored hashes are
  * checked in the read that feeds the writer: fresh hashes over corrupt
  * bytes would make the corruption pass every later check. */
-static int add_tensors(out_files *w, const char *path, progress_state *ps) {
-    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
-    ro.read_headers = 1; /* module indices live in the headers */
-    ro.verify = 1;
-    tzr_reader *r;
-    int rc = tzr_reader_open(&r, path, &ro);
-    if (rc) return rc;
-    for (size_t i = 0; i < tzr_reader_count(r) && !rc; i++) {
-        if (cli_stop_signal) {
-            rc = tzr_set_error(TZR_ECANCELED, "interrupted");
-            break;
-        }
+static int add_tensors(out_files *w, tzr_reader *r, progress_state *ps) {
+    int rc = 0;
+    for (size_t i = 0; i < tzr_reader_count(r) && !rc && !(rc = stopped()); i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         void *buf = malloc(t->nbytes ? (size_t)t->nbytes : 1);
         if (!buf) {
-            rc = tzr_set_error(TZR_ENOMEM, "%s: cannot allocate %llu bytes", path, (unsigned long long)t->nbytes);
+            rc = tzr_set_error(TZR_ENOMEM, "%s: cannot allocate %llu bytes", tzr_reader_source(r)->name,
+                               (unsigned long long)t->nbytes);
             break;
         }
         rc = t->meta ? 0 : tzr_reader_read(r, i, buf, t->nbytes);
@@ -211,27 +201,17 @@ static int add_tensors(out_files *w, const char *path, progress_state *ps) {
         ps->done += t->nbytes;
         if (!ps->quiet) cli_progress_update(&ps->bar, ps->done);
     }
-    tzr_reader_free(r);
     return rc;
 }
 
-/* A Hugging Face checkpoint: a directory or a model.safetensors.index.json. */
-static int is_hf_checkpoint(const char *path) {
-    size_t n = strlen(path);
-    struct stat st;
-    return (n > 11 && strcmp(path + n - 11, ".index.json") == 0) || (stat(path, &st) == 0 && S_ISDIR(st.st_mode));
-}
-
-/* Its files in order, once the index was checked against them (a tensor
- * listed in the wrong file, or missing, fails before anything is written). */
-static int add_hf(out_files *w, const char *path, progress_state *ps) {
-    tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
-    so.verify = 0;
-    tzr_shard_set *set;
-    int rc = tzr_shard_open(&set, path, &so);
-    for (int k = 0; !rc && k < tzr_shard_nshards(set); k++)
-        rc = add_safetensors(w, tzr_reader_source(tzr_shard_reader(set, k))->name, ps);
-    tzr_shard_close(set);
+/* Every file of an input in order (a Hugging Face set's files were
+ * checked against its index at open: nothing is written for a bad one). */
+static int add_input(out_files *w, const input *in, progress_state *ps) {
+    int rc = 0;
+    for (int k = 0; k < input_nfiles(in) && !rc; k++) {
+        tzr_reader *r = input_file(in, k);
+        rc = tzr_reader_format(r) == TZR_FORMAT_SAFETENSORS ? add_safetensors(w, r, ps) : add_tensors(w, r, ps);
+    }
     return rc;
 }
 
@@ -373,8 +353,16 @@ int main(int argc, char **argv) {
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     cli_crypt_apply(&key_material, &wo.crypt);
     wo.metadata_size = index_bytes;
-    int bad_rules = 0;
-    uint64_t total = scan_inputs(argc, argv, optind, zlevel >= 0 && !index_bytes, &wo.metadata_size, rules, &bad_rules);
+    int ninputs = argc - optind, bad_rules = 0, rc;
+    input *inputs = calloc((size_t)ninputs, sizeof *inputs);
+    if (!inputs) return cli_lib_error(tzr_set_error(TZR_ENOMEM, "out of memory"));
+    for (int i = 0; i < ninputs; i++)
+        if ((rc = input_open(&inputs[i], argv[optind + i]))) {
+            cli_lib_error(rc);
+            cli_error("nothing was written to %s", shards ? manifest : target);
+            return EXIT_FAIL;
+        }
+    uint64_t total = scan_inputs(inputs, ninputs, zlevel >= 0 && !index_bytes, &wo.metadata_size, rules, &bad_rules);
     if (bad_rules) return EXIT_USAGE;
     if (zlevel >= 0) {
         wo.compression = TZR_COMPRESSION_ZSTD;
@@ -383,7 +371,7 @@ int main(int argc, char **argv) {
     progress_state ps = {{0}, 0, quiet};
     double t0 = cli_now();
     out_files w = {0};
-    int rc = TZR_ECANCELED;
+    rc = TZR_ECANCELED;
     if (!cli_stop_signal && shards) {
         tzr_shard_split_options so = TZR_SHARD_SPLIT_OPTIONS_INIT;
         so.metadata_size = wo.metadata_size;
@@ -401,10 +389,7 @@ int main(int argc, char **argv) {
     }
     if (rc) return cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     cli_progress_begin(&ps.bar, "tensorize", total);
-    for (int i = optind; i < argc && !rc; i++)
-        rc = is_hf_checkpoint(argv[i]) ? add_hf(&w, argv[i], &ps)
-             : is_tensors_file(argv[i]) ? add_tensors(&w, argv[i], &ps)
-                                        : add_safetensors(&w, argv[i], &ps);
+    for (int i = 0; i < ninputs && !rc; i++) rc = add_input(&w, &inputs[i], &ps);
     cli_progress_end(&ps.bar);
     if (rc) {
         /* Keep the message: aborting may call into the library again. */
@@ -412,7 +397,7 @@ int main(int argc, char **argv) {
         snprintf(msg, sizeof msg, "%s", tzr_last_error());
         if (w.sp) tzr_shard_splitter_abort(w.sp);
         else tzr_writer_abort(w.w);
-        close_sources(&w);
+        close_inputs(inputs, ninputs);
         if (cli_stop_signal) return cli_output_stopped(0);
         cli_error("%s", msg);
         cli_error("nothing was written to %s", shards ? manifest : target);
@@ -424,7 +409,7 @@ int main(int argc, char **argv) {
         cli_output_note(note);
     }
     rc = w.sp ? tzr_shard_splitter_close(w.sp) : tzr_writer_close(w.w);
-    close_sources(&w);
+    close_inputs(inputs, ninputs);
     if (rc && cli_stop_signal) return cli_output_stopped(0);
     if (rc) {
         cli_lib_error(rc);

@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #define HF_INDEX "model.safetensors.index.json"
@@ -92,18 +93,40 @@ int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *list, s
     shard_hf_map m = {0};
     hf_pair *pairs = NULL;
     struct stat st;
-    int rc = 0;
+    int rc = 0, index_read = 0, single = 0;
     if (!list && !tzr_is_url(path) && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         snprintf(index, sizeof index, "%s/%s", path, HF_INDEX);
         if (stat(index, &st) != 0) {
             index[0] = 0;
             if ((rc = dir_files(path, &owned, &nfiles))) goto out;
         }
+    } else if (!list && shard_url_dir(path)) {
+        /* A prefix: its index, else (S3) the listing's .safetensors, else
+         * (HTTP, which cannot be listed) a single model.safetensors. */
+        size_t end = strcspn(path, "?#");
+        snprintf(index, sizeof index, "%.*s%s", (int)end, path, HF_INDEX);
+        rc = shard_hf_index_read(index, &m);
+        if (rc == TZR_ENOTFOUND) {
+            index[0] = 0;
+            if (strncasecmp(path, "s3://", 5) == 0) {
+                rc = tzr_s3_list(path, ".safetensors", NULL, &owned, &nfiles);
+                if (!rc && !nfiles)
+                    rc = tzr_fail(TZR_ENOTFOUND, "%s: no %s and no .safetensors objects under this prefix", path,
+                                  HF_INDEX);
+            } else if (!(owned = calloc(1, sizeof *owned)) || !(owned[0] = malloc(end + 20))) {
+                rc = tzr_fail(TZR_ENOMEM, "out of memory");
+            } else {
+                snprintf(owned[0], end + 20, "%.*smodel.safetensors", (int)end, path);
+                nfiles = 1, single = 1;
+            }
+        }
+        if (rc) goto out;
+        index_read = index[0] != 0;
     } else if (!list) {
         snprintf(index, sizeof index, "%s", path);
     }
     if (index[0]) { /* the files the index names, sorted, once each */
-        if ((rc = shard_hf_index_read(index, &m))) goto out;
+        if (!index_read && (rc = shard_hf_index_read(index, &m))) goto out;
         if (!(pairs = calloc(m.n ? m.n : 1, sizeof *pairs)) || !(names = calloc(m.n ? m.n : 1, sizeof *names))) {
             rc = tzr_fail(TZR_ENOMEM, "out of memory");
             goto out;
@@ -140,6 +163,9 @@ int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *list, s
     for (size_t k = 0; k < n && !rc; k++) {
         const char *fname = strrchr(files[k], '/');
         rc = add_file(s, (int)k, files[k], index[0] ? pairs : NULL, m.n, fname ? fname + 1 : files[k]);
+        if (rc == TZR_ENOTFOUND && single)
+            rc = tzr_fail(TZR_ENOTFOUND, "%s: no %s and no model.safetensors here (an HTTP server cannot be listed: "
+                          "name the index or the files)", path, HF_INDEX);
     }
     for (size_t i = 0; !rc && index[0] && i < m.n; i++)
         if (!pairs[i].seen)

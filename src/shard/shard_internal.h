@@ -60,6 +60,9 @@ typedef struct shard_hf_map {
 } shard_hf_map;
 TZR_HIDDEN int shard_hf_index_read(const char *path, shard_hf_map *m);
 TZR_HIDDEN void shard_hf_map_free(shard_hf_map *m);
+/* 1 if path is a URL naming a prefix ("s3://b/model/", "https://h/m/"):
+ * a directory of a Hugging Face checkpoint. */
+TZR_HIDDEN int shard_url_dir(const char *path);
 /* Open a Hugging Face checkpoint as a set (shard_hf.c): a directory (its
  * index, else its *.safetensors files), an index, or a list of files. */
 TZR_HIDDEN int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *files, size_t nfiles);

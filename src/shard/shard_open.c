@@ -107,9 +107,14 @@ static int check_shard(tzr_shard_set *s, int k) {
     return 0;
 }
 
+int shard_url_dir(const char *path) {
+    size_t end = strcspn(path, "?#");
+    return tzr_is_url(path) && end > 0 && path[end - 1] == '/';
+}
+
 static int is_dir(const char *path) {
     struct stat st;
-    return !tzr_is_url(path) && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    return shard_url_dir(path) || (!tzr_is_url(path) && stat(path, &st) == 0 && S_ISDIR(st.st_mode));
 }
 
 static int open_set(tzr_shard_set **out, const char *path, const char *const *list, size_t nlist,

@@ -2,11 +2,13 @@
 
 #include <errno.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <fnmatch.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -150,6 +152,23 @@ void cli_progress_update(cli_progress *p, uint64_t done) {
 
 void cli_progress_end(cli_progress *p) {
     if (p->enabled) fprintf(stderr, "\r\033[K");
+}
+
+int cli_is_url(const char *path) {
+    return strncasecmp(path, "s3://", 5) == 0 || strncasecmp(path, "http://", 7) == 0 ||
+           strncasecmp(path, "https://", 8) == 0;
+}
+
+int cli_is_directory(const char *path) {
+    struct stat st;
+    size_t end = strcspn(path, "?#");
+    if (cli_is_url(path)) return end > 0 && path[end - 1] == '/';
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int cli_ends_with(const char *path, const char *suffix) {
+    size_t n = cli_is_url(path) ? strcspn(path, "?#") : strlen(path), m = strlen(suffix);
+    return n >= m && strncmp(path + n - m, suffix, m) == 0;
 }
 
 int cli_match(const char *pattern, const char *name) { return fnmatch(pattern, name, 0) == 0; }

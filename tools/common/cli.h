@@ -81,6 +81,12 @@ int cli_bytes(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t
 int cli_int_list(const char *opt, const char *s, int lo, int hi, long *out, int cap);
 
 /* Shell-style glob match (fnmatch) used by --filter. */
+/* 1 for s3://, http:// and https:// paths. */
+int cli_is_url(const char *path);
+/* 1 for a local directory or a URL naming a prefix (ending in '/'). */
+int cli_is_directory(const char *path);
+/* 1 if path (a URL: less its query) ends in suffix. */
+int cli_ends_with(const char *path, const char *suffix);
 int cli_match(const char *pattern, const char *name);
 /* Human size, e.g. "1.50 GiB". */
 const char *cli_size(uint64_t bytes, char *buf, size_t cap);

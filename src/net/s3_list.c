@@ -1,0 +1,148 @@
+/* The objects directly under an s3:// prefix (ListObjectsV2 with
+ * delimiter '/', every page): how a Hugging Face "directory" in a bucket
+ * without an index is turned into its files. */
+#include "http_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* XML text between <tag> and </tag> starting the search at p; NULL if none. */
+static const char *xml_find(const char *p, const char *end, const char *tag, size_t *len) {
+    char open[64], close[64];
+    snprintf(open, sizeof open, "<%s>", tag);
+    snprintf(close, sizeof close, "</%s>", tag);
+    const char *a = p ? strstr(p, open) : NULL;
+    if (!a || a >= end) return NULL;
+    a += strlen(open);
+    const char *b = strstr(a, close);
+    if (!b || b > end) return NULL;
+    *len = (size_t)(b - a);
+    return a;
+}
+
+/* XML character data back to bytes: the five entities and &#N; / &#xN;
+ * (ASCII only: S3 escapes just these in keys). 0, or -1 on a bad one. */
+static int xml_unescape(const char *s, size_t n, char *out, size_t cap) {
+    static const struct { const char *e; char c; } ents[] = {
+        {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+    size_t o = 0;
+    for (size_t i = 0; i < n; o++) {
+        if (o + 1 >= cap) return -1;
+        if (s[i] != '&') {
+            out[o] = s[i++];
+            continue;
+        }
+        size_t k;
+        for (k = 0; k < sizeof ents / sizeof ents[0]; k++) {
+            size_t l = strlen(ents[k].e);
+            if (n - i >= l && memcmp(s + i, ents[k].e, l) == 0) {
+                out[o] = ents[k].c, i += l;
+                break;
+            }
+        }
+        if (k < sizeof ents / sizeof ents[0]) continue;
+        if (n - i < 4 || s[i + 1] != '#') return -1;
+        char *e;
+        long v = s[i + 2] == 'x' ? strtol(s + i + 3, &e, 16) : strtol(s + i + 2, &e, 10);
+        if (e >= s + n || *e != ';' || v <= 0 || v > 127) return -1;
+        out[o] = (char)v, i = (size_t)(e - s) + 1;
+    }
+    out[o] = 0;
+    return 0;
+}
+
+static int add_url(char ***urls, size_t *n, size_t *cap, const char *bucket, const char *key) {
+    if (*n == *cap) {
+        char **g = realloc(*urls, (*cap = *cap ? 2 * *cap : 16) * sizeof *g);
+        if (!g) return tzr_fail(TZR_ENOMEM, "out of memory");
+        *urls = g;
+    }
+    size_t l = strlen(bucket) + strlen(key) + 7;
+    if (!((*urls)[*n] = malloc(l))) return tzr_fail(TZR_ENOMEM, "out of memory");
+    snprintf((*urls)[(*n)++], l, "s3://%s/%s", bucket, key);
+    return 0;
+}
+
+int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_options *opt, char ***urls, size_t *n) {
+    *urls = NULL, *n = 0;
+    size_t cap = 0;
+    tzr_s3_config cfg = {0};
+    tzr_s3_target tgt = {0};
+    tzr_http_common *common = NULL;
+    char *enc_prefix = NULL, *token = NULL, probe[4200];
+    /* A target for a key under the bucket, then its path cut to the bucket. */
+    snprintf(probe, sizeof probe, "%sx", prefix_url);
+    int rc = tzr_http_common_new(&common, opt);
+    if (!rc) rc = tzr_s3_config_resolve(&cfg, opt);
+    if (!rc) rc = tzr_s3_target_make(&tgt, probe, &cfg);
+    if (rc) goto out;
+    size_t klen = strlen(tgt.key) - 1; /* the prefix: the probe key less its 'x' */
+    size_t plen = strlen(tgt.path) - strlen(tgt.key);
+    tgt.path[plen > 1 ? plen - 1 : 1] = 0; /* "/bucket" (path style) or "/" */
+    if (!(enc_prefix = tzr_uri_encode(tgt.key, klen, 0))) {
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        goto out;
+    }
+    const tzr_http_options *ho = tzr_http_common_opts(common);
+    for (int page = 0; !rc; page++) {
+        char q[2400];
+        snprintf(q, sizeof q, "%s%s&delimiter=%%2F&list-type=2&prefix=%s", token ? "continuation-token=" : "",
+                 token ? token : "", enc_prefix);
+        tzr_http_call c;
+        memset(&c, 0, sizeof c);
+        c.method = "GET";
+        c.cfg = &cfg;
+        c.tgt = &tgt;
+        c.query = token ? q : q + 1; /* no leading '&' without a token */
+        c.deadline = tzr_now_s() + ho->total_timeout_s;
+        c.max_retries = ho->max_retries;
+        c.what = prefix_url;
+        rc = tzr_http_perform(common, &c);
+        if (!rc && (c.status < 200 || c.status >= 300))
+            rc = tzr_fail_prefix(tzr_http_status_error(&c, &cfg), "%s: listing the prefix (ListObjectsV2): ",
+                                 prefix_url);
+        const char *body = c.resp ? c.resp : "", *end = body + c.resp_len;
+        for (const char *p = body; !rc;) {
+            size_t bl, kl;
+            const char *blk = xml_find(p, end, "Contents", &bl);
+            if (!blk) break;
+            const char *k = xml_find(blk, blk + bl, "Key", &kl);
+            char key[2048];
+            if (!k || xml_unescape(k, kl, key, sizeof key))
+                rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 answer has a bad <Key> at byte %zu", prefix_url,
+                              (size_t)(blk - body));
+            size_t l = rc ? 0 : strlen(key), sl = strlen(suffix);
+            if (!rc && l > sl && strcmp(key + l - sl, suffix) == 0 && !strchr(key + klen, '/'))
+                rc = add_url(urls, n, &cap, tgt.bucket, key);
+            p = blk + bl;
+        }
+        size_t tl, nl;
+        const char *tr = xml_find(body, end, "IsTruncated", &tl);
+        const char *nt = xml_find(body, end, "NextContinuationToken", &nl);
+        int more = !rc && tr && tl == 4 && strncasecmp(tr, "true", 4) == 0;
+        free(token);
+        token = NULL;
+        if (more && (!nt || page > 10000))
+            rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 says more keys follow but gives no token", prefix_url);
+        if (more && !rc) {
+            char raw[1200];
+            if (xml_unescape(nt, nl, raw, sizeof raw)) rc = tzr_fail(TZR_EHTTP, "%s: bad continuation token", prefix_url);
+            else if (!(token = tzr_uri_encode(raw, strlen(raw), 0))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        }
+        tzr_http_call_reset(&c);
+        if (!more) break;
+    }
+out:
+    if (rc) {
+        for (size_t i = 0; i < *n; i++) free((*urls)[i]);
+        free(*urls);
+        *urls = NULL, *n = 0;
+    }
+    free(token);
+    free(enc_prefix);
+    tzr_s3_target_free(&tgt);
+    tzr_s3_config_free(&cfg);
+    tzr_http_common_free(common);
+    return rc;
+}
