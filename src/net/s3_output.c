@@ -14,7 +14,8 @@
  * header just before it, and the prologue/index in part 1 at the end.
  * finish: upload what is left, CompleteMultipartUpload (the object appears
  * atomically). An output smaller than one part is sent as one PUT at
- * finish. abort: AbortMultipartUpload; nothing becomes visible. */
+ * finish. abort: AbortMultipartUpload; nothing becomes visible. PUT
+ * bodies are signed over http:// and UNSIGNED-PAYLOAD over https://. */
 #include "http_internal.h"
 
 #include <pthread.h>
@@ -71,7 +72,11 @@ static int s3_call(s3_out *o, tzr_http_call *c, const char *method, const char *
     c->query = query;
     c->body = body;
     c->body_len = len;
-    c->sign_body = 1;
+    /* Over TLS part bodies go as UNSIGNED-PAYLOAD, as botocore sends them:
+     * TLS already protects the bytes, and a SigV4 body hash would be one
+     * more SHA-256 pass over every byte (the format's own hashes are in
+     * the file). Over plain HTTP the signature covers the body. */
+    c->sign_body = !(strncasecmp(o->tgt.url_base, "https://", 8) == 0 && strcmp(method, "PUT") == 0);
     c->deadline = deadline_for(o);
     c->max_retries = tzr_http_common_opts(o->common)->max_retries;
     c->what = o->name;
