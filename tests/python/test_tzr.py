@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -493,6 +494,95 @@ def load_into_module_tied_last_wins():
         m = Tied()
         tzr.TensorDeserializer(p, device="cpu", lazy_load=lazy).load_into_module(m)
         assert m.a.weight is m.b.weight and torch.equal(m.a.weight, torch.ones(2, 3)), lazy
+
+
+ST_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.int64: "I64", torch.float16: "F16"}
+
+
+def write_safetensors(path, tensors):
+    """A safetensors file written here byte by byte (the format's spec), so
+    the library's reading of it is checked against an independent writer."""
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in tensors.items():
+        b = raw(t)
+        header[name] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+LLM = {
+    "model.embed_tokens.weight": torch.randn(16, 8).to(torch.bfloat16),
+    "model.layers.0.self_attn.q_proj.weight": torch.randn(8, 8),
+    "model.layers.0.self_attn.o_proj.weight": torch.randn(8, 8),
+    "model.layers.0.mlp.down_proj.weight": torch.randn(8, 12).to(torch.float16),
+    "model.norm.weight": torch.randn(8),
+    "step": torch.tensor(7, dtype=torch.int64),
+}
+
+
+@case
+def safetensors_through_deserializer():
+    p = os.path.join(TMP, "llm.safetensors")
+    write_safetensors(p, LLM)
+    for lazy in (False, True):
+        d = tzr.TensorDeserializer(p, device="cpu", lazy_load=lazy)
+        assert sorted(d) == sorted(LLM), sorted(d)
+        for k, t in LLM.items():
+            assert d[k].dtype == t.dtype and d[k].shape == t.shape and raw(d[k]) == raw(t), k
+        d.close()
+    try:
+        tzr.TensorDeserializer(p, device="cpu", verify_hash=True)
+        raise AssertionError("verify_hash on a safetensors file did not fail")
+    except tzr.TzrError as e:
+        assert "no hashes" in str(e), str(e)
+
+
+@case
+def hf_directory_load_rank():
+    # Two files and their index, as Hugging Face writes them: one set.
+    d = os.path.join(TMP, "hf")
+    os.makedirs(d)
+    names = sorted(LLM)
+    parts = [names[:3], names[3:]]
+    wm = {}
+    for k, part in enumerate(parts):
+        f = "model-%05d-of-00002.safetensors" % (k + 1)
+        write_safetensors(os.path.join(d, f), {n: LLM[n] for n in part})
+        wm.update({n: f for n in part})
+    json.dump({"metadata": {}, "weight_map": wm}, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    for where in (d, os.path.join(d, "model.safetensors.index.json")):
+        st = tzr.load_rank(where, 0, 1, verify=False)
+        assert sorted(st) == names, sorted(st)
+        for n in names:
+            assert raw(st[n]) == raw(LLM[n]) and st[n].shape == LLM[n].shape, n
+
+
+@case
+def vllm_rank_set_load_rank():
+    # tensorize writes vLLM's per-rank files; the pattern alone opens them:
+    # whole on one rank, cut as vLLM cuts them on two (o_proj/down_proj
+    # along dim 1, q_proj and embeddings along dim 0, norms replicated).
+    src = os.path.join(TMP, "vl.safetensors")
+    write_safetensors(src, LLM)
+    pattern = os.path.join(TMP, "vl", "model-rank-%03d.tensors")
+    os.makedirs(os.path.dirname(pattern))
+    r = subprocess.run([os.path.join(BUILD, "tensorize"), "-q", src, "--shards", "2", "--names", "vllm",
+                        "-o", pattern], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    whole = tzr.load_rank(pattern, 0, 1)
+    for n, t in LLM.items():
+        assert raw(whole[n]) == raw(t) and whole[n].shape == t.shape, n
+    half = [tzr.load_rank(pattern, k, 2) for k in range(2)]
+    want = {"model.layers.0.self_attn.o_proj.weight": 1, "model.layers.0.mlp.down_proj.weight": 1,
+            "model.layers.0.self_attn.q_proj.weight": 0, "model.embed_tokens.weight": 0, "model.norm.weight": None}
+    for n, dim in want.items():
+        assert half[1].tzr_slice[n][0] == dim, (n, half[1].tzr_slice[n])
+        joined = half[0][n] if dim is None else torch.cat([half[0][n], half[1][n]], dim)
+        assert raw(joined) == raw(LLM[n]), n
 
 
 golden_cases()
