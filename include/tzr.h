@@ -365,6 +365,12 @@ TZR_API int tzr_writer_add(tzr_writer *w, const tzr_tensor_desc *desc, const voi
  * write failure is returned by a later add or by close (naming the tensor
  * and offset). Compressed writers read each tensor whole first. */
 TZR_API int tzr_writer_add_from(tzr_writer *w, const tzr_tensor_desc *desc, tzr_source *src, uint64_t offset);
+/* tzr_writer_add without waiting: the writer's worker threads hash, seal
+ * and write the tensor straight from data (no copy) while the caller goes
+ * on, several tensors at once. data is borrowed: it must stay valid and
+ * unchanged until tzr_writer_close or _abort returns. Same bytes as
+ * tzr_writer_add; failures come back from a later add or from close. */
+TZR_API int tzr_writer_add_borrowed(tzr_writer *w, const tzr_tensor_desc *desc, const void *data);
 /* Finish the file (header, index, end marker), make it visible, free w.
  * On failure nothing is left at the target. */
 TZR_API int tzr_writer_close(tzr_writer *w);

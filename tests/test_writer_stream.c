@@ -40,19 +40,26 @@ static tzr_tensor_desc desc(int i) {
     return d;
 }
 
-/* mode bit k set: tensor k from the source, else from memory. */
-static int write_file(const char *path, const tzr_writer_options *o, unsigned mode, tzr_source *src) {
+/* mode bit k set: tensor k from the source; else borrow bit k set: from
+ * memory through the workers (tzr_writer_add_borrowed); else tzr_writer_add. */
+static int write_file_b(const char *path, const tzr_writer_options *o, unsigned mode, unsigned borrow,
+                        tzr_source *src) {
     tzr_writer *w = NULL;
     int rc = tzr_writer_open(&w, path, o);
     for (int i = 0; i < NT && !rc; i++) {
         tzr_tensor_desc d = desc(i);
-        rc = mode >> i & 1 ? tzr_writer_add_from(w, &d, src, offs[i]) : tzr_writer_add(w, &d, blob + offs[i]);
+        rc = mode >> i & 1     ? tzr_writer_add_from(w, &d, src, offs[i])
+             : borrow >> i & 1 ? tzr_writer_add_borrowed(w, &d, blob + offs[i])
+                               : tzr_writer_add(w, &d, blob + offs[i]);
     }
     if (rc) {
         tzr_writer_abort(w);
         return rc;
     }
     return tzr_writer_close(w);
+}
+static int write_file(const char *path, const tzr_writer_options *o, unsigned mode, tzr_source *src) {
+    return write_file_b(path, o, mode, 0, src);
 }
 
 static void identical_bytes(void) {
@@ -73,6 +80,11 @@ static void identical_bytes(void) {
                 CHECK_OK(write_file(out, &o, modes[m], src));
                 CHECKF(check_same_file(ref, out), "compressed %d, %d threads, mode %#x: bytes differ from tzr_writer_add",
                        comp, threads, modes[m]);
+                /* borrowed memory: all, mixed with reads from the source, with plain adds */
+                static const unsigned from_src[] = {0, 0x0aa, 0x00f}, borrows[] = {0x1ff, 0x155, 0x0f0};
+                CHECK_OK(write_file_b(out, &o, from_src[m], borrows[m], src));
+                CHECKF(check_same_file(ref, out), "compressed %d, %d threads, borrowed %#x: bytes differ from tzr_writer_add",
+                       comp, threads, borrows[m]);
             }
     }
     src->destroy(src);
@@ -88,7 +100,7 @@ static void encrypted_reads_back(void) {
     o.threads = 3;
     char out[512];
     snprintf(out, sizeof out, "%s/enc.tensors", check_tmpdir());
-    CHECK_OK(write_file(out, &o, 0x1fe, src));
+    CHECK_OK(write_file_b(out, &o, 0x0fe, 0x100, src));
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.crypt.key = key;
     ro.verify = 1;

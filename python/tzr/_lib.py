@@ -217,6 +217,7 @@ _SIGS = {
     "tzr_reader_verify": (c_int, [_P, c_size_t]),
     "tzr_writer_open": (c_int, [_PP, c_char_p, POINTER(WriterOptions)]),
     "tzr_writer_add": (c_int, [_P, POINTER(TensorDesc), _P]),
+    "tzr_writer_add_borrowed": (c_int, [_P, POINTER(TensorDesc), _P]),
     "tzr_writer_close": (c_int, [_P]),
     "tzr_writer_abort": (None, [_P]),
     "tzr_sink_free": (None, [_P]),

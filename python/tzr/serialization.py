@@ -350,7 +350,13 @@ class TensorDeserializer(abc.Mapping):
 # ------------------------------------------------------------------ writing
 class TensorSerializer:
     """Write a `.tensors` file byte for byte as tensorizer 2.11 does (local
-    path or s3://; atomic: nothing appears at the target before close())."""
+    path or s3://; atomic: nothing appears at the target before close()).
+
+    Tensors already contiguous in host memory are hashed and written by the
+    library's worker threads straight from their memory, several at once,
+    while Python goes on to the next: like tensorizer's own writer, they
+    must not change until close(). Others (on a GPU, non-contiguous) are
+    copied once and written before write_tensor returns."""
 
     def __init__(self, file_obj, compress_tensors=False, *, encryption=None, limit_cpu_concurrency=None):
         if compress_tensors:
@@ -358,6 +364,7 @@ class TensorSerializer:
         if not isinstance(file_obj, (str, bytes)) and not hasattr(file_obj, "__fspath__"):
             raise TypeError("tzr.TensorSerializer takes a path or URI, not %s" % type(file_obj).__name__)
         self._keep = []
+        self._borrowed = []  # tensors the writer's threads read until close()
         opt = _lib.writer_options()
         crypt_fill(opt.crypt, encryption, self._keep)
         h = c_void_p()
@@ -379,6 +386,7 @@ class TensorSerializer:
             t = tensor.detach()
             meta = t.is_meta
             dts = _dtypes.from_torch(t.dtype)
+            borrow = not meta and t.device.type == "cpu" and t.is_contiguous() and not t.is_conj() and not t.is_neg()
             if not meta:
                 if t.device.type != "cpu":
                     t = t.cpu()
@@ -386,6 +394,7 @@ class TensorSerializer:
                 ptr, nbytes = t.data_ptr(), t.numel() * t.element_size()
             shape = tuple(t.shape)
         else:
+            borrow = isinstance(tensor, np.ndarray) and tensor.flags.c_contiguous
             t = np.ascontiguousarray(tensor)
             dts = _dtypes.from_numpy(t.dtype)
             ptr, nbytes, shape = t.ctypes.data, t.nbytes, t.shape
@@ -395,7 +404,11 @@ class TensorSerializer:
         d = _lib.TensorDesc(name=ctypes.cast(nb, c_void_p), name_len=len(raw), type=int(tensor_type),
                             module_idx=int(idx), dtype_str=ctypes.cast(db, c_void_p), dtype_len=len(dts),
                             dtype=0, ndim=len(shape), shape=dims, meta=1 if meta else 0)
-        check(lib.tzr_writer_add(h, byref(d), None if meta or nbytes == 0 else ptr))
+        if borrow and nbytes:
+            check(lib.tzr_writer_add_borrowed(h, byref(d), ptr))
+            self._borrowed.append(t)
+        else:
+            check(lib.tzr_writer_add(h, byref(d), None if meta or nbytes == 0 else ptr))
         if not meta:
             self.total_tensor_bytes += nbytes
 
@@ -415,12 +428,15 @@ class TensorSerializer:
     def close(self):
         if getattr(self, "_h", None) is not None:
             h, self._h = self._h, None
-            check(lib.tzr_writer_close(h))
+            rc = lib.tzr_writer_close(h)  # the workers are done with every borrowed tensor
+            self._borrowed = []
+            check(rc)
 
     def abort(self):
         if getattr(self, "_h", None) is not None:
             h, self._h = self._h, None
             lib.tzr_writer_abort(h)
+            self._borrowed = []
 
     def __enter__(self):
         return self

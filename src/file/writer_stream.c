@@ -7,7 +7,8 @@
  * when encrypting, and write them at their place with positional writes,
  * then write the completed header. Several tensors are in flight at once,
  * so one tensor's hashing overlaps another's I/O, and host memory is the
- * workers' buffers whatever the model size. */
+ * workers' buffers whatever the model size. tzr_writer_add_borrowed
+ * queues the caller's memory the same way, with no copy. */
 #include "writer_internal.h"
 
 #include <stdio.h>
@@ -19,8 +20,9 @@
 
 struct write_job {
     writer_record rec;
-    tzr_source *src;
+    tzr_source *src;       /* the bytes: read from src at src_off, */
     uint64_t src_off;
+    const uint8_t *mem;    /* or, when set, the caller's (borrowed) memory */
     uint8_t *sha_out; /* NULL, or where the header SHA-256 goes once written */
     char name[TZR_NAMEBUF];
     write_job *next;
@@ -34,6 +36,12 @@ static int run_job(tzr_writer *w, write_job *j, uint8_t *buf, uint8_t *bounce) {
             break; /* the record is still freed below */
         }
         size_t n = j->rec.data_length - off < STREAM_CHUNK ? (size_t)(j->rec.data_length - off) : STREAM_CHUNK;
+        if (j->mem) { /* hashed and written from the caller's memory: no copy */
+            rc = writer_record_data(w, &j->rec, j->mem + off, n, off, bounce);
+            if (rc) rc = tzr_fail_prefix(rc, "tensor '%s': ", j->name);
+            off += n;
+            continue;
+        }
         rc = j->src->read_at(j->src, buf, n, j->src_off + off);
         if (rc) {
             rc = tzr_fail_prefix(rc, "%s: tensor '%s': reading its bytes at input offset %llu: ", w->out->name,
@@ -144,18 +152,33 @@ int tzr_writer_add_from(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src
     return tzr_writer_add_from_sha(w, d, src, offset, NULL);
 }
 
+static int enqueue(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src, uint64_t offset, const void *mem,
+                   uint8_t *sha_out);
+
 int tzr_writer_add_from_sha(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src, uint64_t offset,
                             uint8_t sha_out[32]) {
     if (!w || !d || !src) return tzr_fail(TZR_EINVAL, "NULL writer, tensor or source");
+    return enqueue(w, d, src, offset, NULL, sha_out);
+}
+
+int tzr_writer_add_borrowed(tzr_writer *w, const tzr_tensor_desc *d, const void *data) {
+    if (!w || !d) return tzr_fail(TZR_EINVAL, "NULL writer or tensor");
+    return enqueue(w, d, NULL, 0, data, NULL);
+}
+
+/* Queue a record for the workers: its bytes from src, or from mem. */
+static int enqueue(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src, uint64_t offset, const void *mem,
+                   uint8_t *sha_out) {
     if (w->failed) return tzr_fail(TZR_ECANCELED, "%s: an earlier write failed", w->out->name);
     writer_record rec;
     int rc = writer_record_begin(w, d, 1, NULL, &rec); /* checks only */
     if (rc) return rc;
-    if ((w->compress && rec.data_length) || !rec.data_length) { /* nothing to stream */
-        rc = add_whole(w, d, src, offset, rec.data_length);
+    if ((w->compress && rec.data_length) || !rec.data_length || d->meta) { /* nothing to stream */
+        rc = src ? add_whole(w, d, src, offset, rec.data_length) : tzr_writer_add(w, d, mem);
         if (!rc && sha_out) tzr_writer_last_sha256(w, sha_out);
         return rc;
     }
+    if (!mem && !src) return tzr_fail(TZR_EINVAL, "tensor data is NULL");
     if (!w->workers && (rc = start_workers(w))) return rc;
     write_job *j = calloc(1, sizeof *j);
     if (!j) return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -178,6 +201,7 @@ int tzr_writer_add_from_sha(tzr_writer *w, const tzr_tensor_desc *d, tzr_source 
     }
     j->src = src;
     j->src_off = offset;
+    j->mem = mem;
     j->sha_out = sha_out;
     tzr_printable(d->name, d->name_len, j->name, sizeof j->name);
     pthread_mutex_lock(&w->jlock);

@@ -11,10 +11,13 @@
 #include "tzr_safetensors.h"
 #include "tzr_shard.h"
 
-enum { FLOOR, ADD_FROM, ADD_MEMORY, ENCRYPTED, COMPRESSED, SHARDS2, NCASES };
+enum { FLOOR, ADD_FROM, ADD_MEMORY, ADD_BORROWED, ENCRYPTED, COMPRESSED, SHARDS2, NCASES };
 static const char *case_names[NCASES] = {"floor: read+write+fsync (dd)", "tzr_writer_add_from (tensorize)",
-                                         "tzr_writer_add from memory", "add_from, encrypted",
+                                         "tzr_writer_add from memory", "tzr_writer_add_borrowed (python)",
+                                         "add_from, encrypted",
                                          "add_from, zstd level 1", "2 shards, splitter add_from (--shards 2)"};
+
+static int in_mem(int k) { return k == ADD_MEMORY || k == ADD_BORROWED; }
 
 static int floor_copy(const char *in, const char *out) {
     int fi = open(in, O_RDONLY), fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -43,7 +46,8 @@ static int run_case(int k, const char *in, const char *out, const uint8_t *key, 
     if (rc) return rc;
     size_t n = tzr_st_count(f);
     void **mem = NULL;
-    if (k == ADD_MEMORY) { /* the tensors in the caller's memory, as after training */
+    int in_memory = in_mem(k);
+    if (in_memory) { /* the tensors in the caller's memory, as after training */
         mem = calloc(n ? n : 1, sizeof *mem);
         for (size_t i = 0; mem && i < n; i++) {
             const tzr_st_tensor *t = tzr_st_get(f, i);
@@ -51,7 +55,7 @@ static int run_case(int k, const char *in, const char *out, const uint8_t *key, 
         }
     }
     tzr_source *src = NULL;
-    if (!rc && k != ADD_MEMORY) rc = tzr_source_open_file(&src, in, 0);
+    if (!rc && !in_memory) rc = tzr_source_open_file(&src, in, 0);
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     if (k == ENCRYPTED) wo.crypt.key = key;
     if (k == COMPRESSED) wo.compression = TZR_COMPRESSION_ZSTD;
@@ -63,9 +67,10 @@ static int run_case(int k, const char *in, const char *out, const uint8_t *key, 
     for (size_t i = 0; !rc && i < n; i++) {
         const tzr_st_tensor *t = tzr_st_get(f, i);
         tzr_tensor_desc d = {t->name, t->name_len, TZR_STATE_DICT, 0, NULL, 0, t->dtype, t->ndim, t->shape, 0};
-        rc = k == ADD_MEMORY ? tzr_writer_add(w, &d, mem[i])
-             : sp            ? tzr_shard_splitter_add_from(sp, &d, src, t->data_offset)
-                             : tzr_writer_add_from(w, &d, src, t->data_offset);
+        rc = k == ADD_MEMORY     ? tzr_writer_add(w, &d, mem[i])
+             : k == ADD_BORROWED ? tzr_writer_add_borrowed(w, &d, mem[i])
+             : sp                ? tzr_shard_splitter_add_from(sp, &d, src, t->data_offset)
+                                 : tzr_writer_add_from(w, &d, src, t->data_offset);
     }
     if (w) rc = rc ? (tzr_writer_abort(w), rc) : tzr_writer_close(w);
     if (sp) rc = rc ? (tzr_shard_splitter_abort(sp), rc) : tzr_shard_splitter_close(sp);
@@ -158,6 +163,6 @@ int bench_write_main(int argc, char **argv) {
     printf("| case | seconds | GB/s | time vs floor | peak RSS MiB |\n|---|---|---|---|---|\n");
     for (int k = 0; k < NCASES; k++)
         printf("| %s | %.3f | %.2f | %.2fx | %ld%s |\n", case_names[k], best[k], bytes / best[k] / 1e9,
-               best[k] / best[FLOOR], rss[k] / 1024, k == ADD_MEMORY ? " (holds the model)" : "");
+               best[k] / best[FLOOR], rss[k] / 1024, in_mem(k) ? " (holds the model)" : "");
     return EXIT_OK;
 }

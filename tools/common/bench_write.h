@@ -6,6 +6,9 @@
  *   add_from      tzr_writer_add_from the input (what tensorize does)
  *   add (memory)  the input read into memory first (not timed), then
  *                 tzr_writer_add, as a training job saving its tensors
+ *   borrowed      the same memory through tzr_writer_add_borrowed (what
+ *                 the Python TensorSerializer does): the workers hash and
+ *                 write it with no copy
  *   encrypted     add_from with a random key (or --key-file)
  *   compressed    add_from with zstd level 1
  *   2 shards      tzr_shard_splitter_add_from into 2 shard files and a
