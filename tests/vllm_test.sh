@@ -40,4 +40,18 @@ $DT --list "$T/bad/none-%03d.tensors" > /dev/null 2> "$T/e2"; rc=$?
 check vllm_rank_set_none sh -c "test $rc = 1 && grep -q \"no rank file: rank 0's\" '$T/e2'"
 $TZ -q "$T/m.safetensors" --names vllm -o "$T/x-%03d.tensors" 2> "$T/e3"; rc=$?
 check vllm_names_needs_shards sh -c "test $rc = 2 && grep -q 'goes with --shards' '$T/e3'"
+# Files cut otherwise than vLLM cuts them: the rules go with the pattern.
+mkdir "$T/cut"
+rules='*.mlp.*=1,*=replicate'
+$TZ -q "$T/m.safetensors" --shards 2 --names vllm --split-dim "$rules" -o "$T/cut/c-%03d.tensors"
+rm -f "$T/cut/c.tzr-index.json"
+# (Read with vLLM's rules these files give other global shapes: a file
+# alone cannot say whether a tensor was cut or replicated.)
+$DT --list "$T/cut/c-%03d.tensors" --split-dim "$rules" > "$T/l5.out" 2>&1
+check vllm_rank_set_split_dim_lists sh -c "grep -q 'q_proj.weight .*\[64, 64\] .*replicated' '$T/l5.out' &&
+    grep -q 'mlp.gate_proj.weight .*\[128, 64\] .*dim 1' '$T/l5.out'"
+$DT "$T/cut/c-%03d.tensors" --split-dim "$rules" -q -o "$T/cut.safetensors"
+check vllm_rank_set_split_dim_export_same same "$T/cut.safetensors" "$T/m.safetensors"
+$DT "$T/m.safetensors" --split-dim "$rules" --list > /dev/null 2> "$T/e6"; rc=$?
+check vllm_split_dim_needs_pattern sh -c "test $rc = 2 && grep -q 'goes with per-rank files' '$T/e6'"
 exit 0

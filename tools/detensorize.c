@@ -16,8 +16,11 @@
 
 static const char usage[] =
     "Usage: detensorize FILE [ACTION] [OPTIONS]\n"
-    "FILE is a .tensors path, an http(s):// or s3:// URL, or a shard manifest\n"
-    "(PREFIX.tzr-index.json written by tensorize --shards).\n"
+    "FILE is a .tensors or safetensors file (told apart by their bytes), a shard\n"
+    "manifest (PREFIX.tzr-index.json written by tensorize --shards), a Hugging\n"
+    "Face directory or its model.safetensors.index.json, or per-rank files named\n"
+    "by a pattern (vLLM's 'model-rank-%03d.tensors'); a path or an http(s):// or\n"
+    "s3:// URL (a URL ending in / is a directory).\n"
     "\n"
     "Actions (default --list):\n"
     "  -l, --list              table of tensors (name, type, module, dtype, shape, bytes)\n"
@@ -45,6 +48,9 @@ static const char usage[] =
     "      --threads N         pipeline threads, 1 to 64 (default: CPUs)\n"
     "      --chunk-mib N       read size in MiB, 1 to 4096 (default 8; 16 from http(s)/s3)\n"
     "      --ring-mib N        staging memory budget in MiB, 1 to 65536 (default 256)\n"
+    "      --split-dim RULES   with a rank pattern: how its files were cut,\n"
+    "                          \"glob=DIM,glob=replicate,...\" (default: as vLLM cuts\n"
+    "                          tensor-parallel layers, TZR_SHARD_RULES_VLLM)\n"
     "  -q, --quiet             no progress bar\n"
     "  -h, --help              this help;  --version  library version\n"
     "\n"
@@ -57,6 +63,7 @@ typedef struct opts {
     int list, json, sha, verify, quiet, no_verify, force;
     const char **filters;
     int nfilters;
+    const char *rank_rules;
     cli_crypt crypt;
     int threads;
     size_t chunk, ring;
@@ -658,6 +665,7 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
 static int shard_main(const opts *o) {
     tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
     so.verify = !o->no_verify;
+    so.rank_rules = o->rank_rules; /* NULL: vLLM's */
     cli_crypt_apply(&o->crypt, &so.crypt); /* encrypted shard files */
     tzr_shard_set *set;
     int rc = tzr_shard_open(&set, o->file, &so);
@@ -698,7 +706,8 @@ int main(int argc, char **argv) {
 
 /* Everything main does; main frees what o holds on every path. */
 static int run(opts *o, int argc, char **argv) {
-    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_NO_VERIFY, O_TIMEOUT, O_FORCE };
+    enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_NO_VERIFY, O_TIMEOUT, O_FORCE,
+           O_RULES };
     static const struct option longs[] = {
         {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
         {"sha256", no_argument, 0, O_SHA},      {"verify", no_argument, 0, 'V'},
@@ -709,7 +718,7 @@ static int run(opts *o, int argc, char **argv) {
         {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
         {"ca-bundle", required_argument, 0, O_CA}, {"no-verify", no_argument, 0, O_NO_VERIFY},
         {"timeout", required_argument, 0, O_TIMEOUT}, {"force", no_argument, 0, O_FORCE},
-        {0, 0, 0, 0}};
+        {"split-dim", required_argument, 0, O_RULES}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "lVo:f:qh", longs, NULL)) != -1) {
         switch (c) {
@@ -728,6 +737,7 @@ static int run(opts *o, int argc, char **argv) {
         case O_RING: if (cli_mib("--ring-mib", optarg, 1, 65536, &o->ring)) return EXIT_USAGE; break;
         case O_NO_VERIFY: o->no_verify = 1; break;
         case O_FORCE: o->force = 1; break;
+        case O_RULES: o->rank_rules = optarg; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("detensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
@@ -753,6 +763,10 @@ static int run(opts *o, int argc, char **argv) {
     }
     if (o->crypt.have_key && o->crypt.password) {
         cli_error("give --key-file or --password-file, not both");
+        return EXIT_USAGE;
+    }
+    if (o->rank_rules && !rank_pattern(o->file)) {
+        cli_error("--split-dim goes with per-rank files named by a pattern (model-rank-%%03d.tensors)");
         return EXIT_USAGE;
     }
     if (o->output) {
