@@ -307,6 +307,13 @@ struct tzr_output {
  * ".NAME.HASH.PID.XXXXXX.tmp" (NAME cut to 200 bytes) carries the pid; at
  * open, such files of the same target whose process is gone are removed. */
 TZR_API int tzr_output_open_file(tzr_output **out, const char *path);
+/* The same, with TZR_OUTPUT_DIRECT: whole 4 KiB blocks are written with
+ * O_DIRECT where the file system allows it (else, silently, through the
+ * page cache), so writing a checkpoint larger than memory neither fills
+ * the page cache nor evicts what else runs there; the few bytes at the
+ * unaligned edges of each write go through the cache. */
+enum { TZR_OUTPUT_DIRECT = 1 };
+TZR_API int tzr_output_open_file_flags(tzr_output **out, const char *path, unsigned flags);
 
 typedef struct tzr_writer tzr_writer;
 
@@ -326,12 +333,15 @@ typedef struct tzr_writer_options {
                                  dtypes into byte planes; TZR_PLANES_OFF */
     int threads;              /* compression threads, and tzr_writer_add_from's
                                  workers; 0 = CPUs (at most 16) */
+    int direct;               /* local paths: TZR_OUTPUT_DIRECT (O_DIRECT where
+                                 the file system allows; the page cache keeps
+                                 almost none of the file) */
 } tzr_writer_options;
 
 enum { TZR_PLANES_AUTO = 0, TZR_PLANES_OFF = 1 };
 
 #define TZR_WRITER_OPTIONS_INIT \
-    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0 }
+    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0 }
 
 /* One tensor to write. */
 typedef struct tzr_tensor_desc {

@@ -177,6 +177,6 @@ check output_dir_missing_exit_1 test $? = 1
 # The write benchmark runs every case and prints its table (a tool: no timing checked).
 "$BUILD/tzr-bench" --make-sample "$T/wb.safetensors" --size-mib 16 --layers 1 >/dev/null 2>&1
 "$BUILD/tzr-bench" --write "$T/wb.safetensors" --out "$T" --repeat 1 > "$T/wb.out" 2>&1
-check bench_write_runs_every_case sh -c "test \$(grep -c '^| .*x |' '$T/wb.out') = 7 && grep -q '2 shards' '$T/wb.out'"
+check bench_write_runs_every_case sh -c "test \$(grep -c '^| .*x |' '$T/wb.out') = 8 && grep -q '2 shards' '$T/wb.out'"
 check bench_write_leaves_nothing sh -c "! ls '$T' | grep -q tzr-bench-write"
 exit 0

@@ -101,6 +101,16 @@ check shard_set_refused_without_force sh -c "test $rc = 0 && test $rc2 = 1 && gr
 $TZ -q --shards 2 "$T/b.safetensors" -o "$T/sh.tensors" --force 2> "$T/e"; rc=$?
 check shard_set_force test $rc = 0
 
+# ---- --direct: O_DIRECT block writes, the same bytes ----------------------
+"$BUILD/tzr-bench" --make-sample "$T/d.safetensors" --size-mib 16 --layers 2 >/dev/null
+$TZ -q "$T/d.safetensors" -o "$T/d-plain.tensors" && $TZ -q --direct "$T/d.safetensors" -o "$T/d-direct.tensors"
+check direct_same_bytes cmp "$T/d-plain.tensors" "$T/d-direct.tensors"
+$TZ -q --direct --shards 2 "$T/d.safetensors" -o "$T/dsh.tensors" && $TZ -q --shards 2 "$T/d.safetensors" -o "$T/psh.tensors"
+check direct_shards_same_bytes sh -c "cmp '$T/dsh-rank-00000-of-00002.tensors' '$T/psh-rank-00000-of-00002.tensors' &&
+    cmp '$T/dsh-rank-00001-of-00002.tensors' '$T/psh-rank-00001-of-00002.tensors'"
+$TZ -q --direct "$T/d.safetensors" -o s3://b/k.tensors 2> "$T/e"; rc=$?
+check direct_needs_local_output sh -c "test $rc = 2 && grep -q 'goes with a local OUT' '$T/e'"
+
 # ---- SIGPIPE: a closed stderr does not stop a write ---------------------
 # (The reader of the pipe exits at once; tensorize's summary line then
 # meets a closed pipe.)

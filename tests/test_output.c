@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -214,6 +215,59 @@ static void remove_temporaries_cancels(void) {
     CHECK(access(target, F_OK) == 0);
 }
 
+/* TZR_OUTPUT_DIRECT: the bytes are exactly what was written, whatever the
+ * pieces' alignment, order and buffer addresses; and the file's whole
+ * blocks did not go through the page cache (mincore after finish). */
+static void direct_bytes_and_cache(void) {
+    const size_t total = (size_t)24 << 20;
+    uint8_t *want = malloc(total), *shifted = malloc(total + 1);
+    CHECK(want && shifted);
+    if (!want || !shifted) goto out;
+    for (size_t i = 0; i < total; i++) want[i] = (uint8_t)(i * 2654435761u >> 13);
+    memcpy(shifted + 1, want, total); /* unaligned copies: the bounce path */
+    /* Pieces with edges off the 4 KiB grid, written out of order. */
+    static const size_t cuts[] = {0, 1, 4095, 8192, 8192 + 4097, (size_t)3 << 20, ((size_t)11 << 20) + 3,
+                                  ((size_t)20 << 20) - 5, (size_t)24 << 20};
+    const int npieces = (int)(sizeof cuts / sizeof cuts[0]) - 1;
+    static const int order[] = {5, 0, 7, 2, 6, 1, 4, 3};
+    const char *path = path_in("direct.bin");
+    tzr_output *o = NULL;
+    CHECK_OK(tzr_output_open_file_flags(&o, path, TZR_OUTPUT_DIRECT));
+    for (int k = 0; o && k < npieces; k++) {
+        int i = order[k];
+        const uint8_t *src = (i & 1 ? shifted + 1 : want) + cuts[i];
+        CHECK_OK(o->pwrite_at(o, src, cuts[i + 1] - cuts[i], cuts[i]));
+    }
+    if (o) {
+        CHECK_OK(o->finish(o));
+        o->destroy(o);
+    }
+    /* Where the file system takes O_DIRECT, almost nothing is cached
+     * (looked at before the file is read back, which caches it). */
+    int probe = open(path, O_RDONLY | O_DIRECT), direct_fs = probe >= 0;
+    if (probe >= 0) close(probe);
+    if (direct_fs) {
+        int fd = open(path, O_RDONLY);
+        void *map = fd >= 0 ? mmap(NULL, total, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+        size_t pages = total / 4096, resident = 0;
+        unsigned char *vec = malloc(pages);
+        CHECK(map != MAP_FAILED && vec && mincore(map, total, vec) == 0);
+        for (size_t i = 0; vec && map != MAP_FAILED && i < pages; i++) resident += vec[i] & 1;
+        CHECKF(resident < pages / 10, "%zu of %zu pages of a direct write are in the page cache", resident, pages);
+        if (map != MAP_FAILED) munmap(map, total);
+        if (fd >= 0) close(fd);
+        free(vec);
+    }
+    size_t n = 0;
+    unsigned char *back = check_read_file(path, &n);
+    CHECKF(back && n == total && memcmp(back, want, total) == 0, "the direct write's bytes differ (%zu bytes read)", n);
+    free(back);
+    if (!direct_fs) check_skip("this file system refuses O_DIRECT: the bytes were checked, the cache could not be");
+out:
+    free(want);
+    free(shifted);
+}
+
 int main(void) {
     RUN(temp_prefix_short);
     RUN(temp_prefix_long_fits_name_max);
@@ -223,5 +277,6 @@ int main(void) {
     RUN(symlink_written_through);
     RUN(long_name);
     RUN(remove_temporaries_cancels);
+    RUN(direct_bytes_and_cache);
     return check_done();
 }

@@ -39,6 +39,9 @@ static const char usage[] =
     "                          SECONDS, retried (default 60, as the AWS CLI)\n"
     "      --part-size MIB     s3:// output: multipart part size, 5 to 5120 (default 16)\n"
     "      --uploads N         s3:// output: parts uploaded at once, 1 to 64 (default 8)\n"
+    "      --direct            write whole blocks with O_DIRECT where the file system\n"
+    "                          allows (a checkpoint larger than memory neither fills\n"
+    "                          the page cache nor evicts what else runs here)\n"
     "      --index-bytes N     index reservation, 1 to 2^30 (default 262144, as tensorizer; with\n"
     "                          --compress, enough for the frame directory too)\n"
     "      --compress zstd[:L] zstd frames, byte planes for 2/4-byte dtypes (level L,\n"
@@ -254,10 +257,10 @@ int main(int argc, char **argv) {
     const char *output = NULL;
     uint64_t index_bytes = 0;
     int quiet = 0;
-    int shards = 0, force = 0, part_mib = 0, uploads = 0, vllm_names = 0;
+    int shards = 0, force = 0, part_mib = 0, uploads = 0, vllm_names = 0, direct = 0;
     const char *rules = NULL;
     int zlevel = -1; /* --compress: zstd level (0 = default) */
-    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA, O_TIMEOUT, O_FORCE, O_PART, O_UPLOADS, O_NAMES };
+    enum { O_KEY = 256, O_PW, O_INDEX, O_VERSION, O_SHARDS, O_RULES, O_COMPRESS, O_CA, O_TIMEOUT, O_FORCE, O_PART, O_UPLOADS, O_NAMES, O_DIRECT };
     static const struct option longs[] = {{"output", required_argument, 0, 'o'},
                                           {"key-file", required_argument, 0, O_KEY},
                                           {"password-file", required_argument, 0, O_PW},
@@ -271,6 +274,7 @@ int main(int argc, char **argv) {
                                           {"part-size", required_argument, 0, O_PART},
                                           {"uploads", required_argument, 0, O_UPLOADS},
                                           {"names", required_argument, 0, O_NAMES},
+                                          {"direct", no_argument, 0, O_DIRECT},
                                           {"quiet", no_argument, 0, 'q'},
                                           {"help", no_argument, 0, 'h'},
                                           {"version", no_argument, 0, O_VERSION},
@@ -299,6 +303,7 @@ int main(int argc, char **argv) {
             }
             break;
         case O_FORCE: force = 1; break;
+        case O_DIRECT: direct = 1; break;
         case O_PART: if (cli_int("--part-size", optarg, 5, 5120, &part_mib)) return EXIT_USAGE; break;
         case O_NAMES:
             if (strcmp(optarg, "vllm") != 0) {
@@ -324,6 +329,10 @@ int main(int argc, char **argv) {
     }
     if (key_material.have_key && key_material.password) {
         cli_error("give --key-file or --password-file, not both");
+        return EXIT_USAGE;
+    }
+    if (direct && cli_is_url(output)) {
+        cli_error("--direct goes with a local OUT");
         return EXIT_USAGE;
     }
     if ((part_mib || uploads) && strncasecmp(output, "s3://", 5) != 0) {
@@ -353,6 +362,7 @@ int main(int argc, char **argv) {
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     cli_crypt_apply(&key_material, &wo.crypt);
     wo.metadata_size = index_bytes;
+    wo.direct = direct;
     int ninputs = argc - optind, bad_rules = 0, rc;
     input *inputs = calloc((size_t)ninputs, sizeof *inputs);
     if (!inputs) return cli_lib_error(tzr_set_error(TZR_ENOMEM, "out of memory"));

@@ -121,7 +121,10 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
 int tzr_writer_open(tzr_writer **out, const char *path, const tzr_writer_options *opt) {
     *out = NULL;
     tzr_output *o;
-    int rc = tzr_output_open_path(&o, path);
+    tzr_writer_options d = TZR_WRITER_OPTIONS_INIT;
+    int direct = opt && opt->struct_size > offsetof(tzr_writer_options, direct) ? opt->direct : d.direct;
+    int rc = direct && !tzr_is_url(path) ? tzr_output_open_file_flags(&o, path, TZR_OUTPUT_DIRECT)
+                                         : tzr_output_open_path(&o, path);
     if (rc) return rc;
     return tzr_writer_open_output(out, o, opt);
 }

@@ -2,13 +2,18 @@
  * rename it over the target, fsync the directory. Until finish the target
  * path is untouched; abort and failures remove the temporary file. The
  * target is checked before anything is written: an existing one must be a
- * regular file, reached through any symbolic links (which stay links). */
+ * regular file, reached through any symbolic links (which stay links).
+ * TZR_OUTPUT_DIRECT writes the whole 4 KiB blocks of each write through a
+ * second, O_DIRECT descriptor. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "output_temp.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,6 +30,8 @@ typedef struct file_output {
     char *real; /* after symbolic links: what finish replaces */
     char *tmp;
     _Atomic uint64_t unflushed; /* bytes written since writeback was last started */
+    int dfd;                    /* O_DIRECT descriptor of tmp; -1: none */
+    _Atomic int direct_off;     /* set when the file system refused an O_DIRECT write */
 } file_output;
 
 /* Start writeback every this many bytes, so the disk works while the
@@ -32,9 +39,69 @@ typedef struct file_output {
  * (as with dd, whose writes the flusher would otherwise start late). */
 #define WRITEBACK_EVERY ((uint64_t)32 << 20)
 
+static int buffered_pwrite(file_output *f, const char *p, size_t len, uint64_t off);
+
+/* O_DIRECT needs offset, length and buffer aligned; 4 KiB covers 512-byte
+ * and 4K-sector devices. Unaligned sources are copied through a bounce
+ * buffer of this many bytes, one per thread. */
+#define DIRECT_ALIGN ((size_t)4096)
+#define BOUNCE_BYTES ((size_t)8 << 20)
+
+static pthread_key_t bounce_key;
+static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
+static void bounce_init(void) { pthread_key_create(&bounce_key, free); }
+static char *thread_bounce(void) {
+    pthread_once(&bounce_once, bounce_init);
+    char *b = pthread_getspecific(bounce_key);
+    if (!b && posix_memalign((void **)&b, DIRECT_ALIGN, BOUNCE_BYTES) == 0) pthread_setspecific(bounce_key, b);
+    return b;
+}
+
+/* The aligned blocks [off, off + len) (both aligned) with O_DIRECT. 1: the
+ * file system refused (the caller writes them buffered instead). */
+static int direct_pwrite(file_output *f, const char *p, size_t len, uint64_t off, int *refused) {
+    *refused = 0;
+    char *bounce = ((uintptr_t)p % DIRECT_ALIGN) ? thread_bounce() : NULL;
+    if ((uintptr_t)p % DIRECT_ALIGN && !bounce) return (*refused = 1), 0;
+    while (len > 0) {
+        size_t n = bounce && len > BOUNCE_BYTES ? BOUNCE_BYTES : len;
+        const char *from = p;
+        if (bounce) memcpy(bounce, p, n), from = bounce;
+        ssize_t w = pwrite(f->dfd, from, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EINVAL || errno == EOPNOTSUPP)) return (*refused = 1), 0;
+        if (w < 0)
+            return tzr_fail(TZR_EIO, "%s: write of %zu bytes at offset %llu failed: %s", f->path, n,
+                            (unsigned long long)off, strerror(errno));
+        if ((size_t)w % DIRECT_ALIGN) /* a short direct write: finish the block through the cache */
+            return buffered_pwrite(f, p + w, len - (size_t)w, off + (uint64_t)w);
+        p += w, len -= (size_t)w, off += (uint64_t)w;
+    }
+    return 0;
+}
+
 static int fo_pwrite(tzr_output *o, const void *buf, size_t len, uint64_t off) {
     file_output *f = (file_output *)o;
     const char *p = buf;
+    if (f->dfd >= 0 && !atomic_load(&f->direct_off) && len >= 2 * DIRECT_ALIGN) {
+        /* Head and tail to the next block edges through the cache (each
+         * byte is written once, so no other write shares these blocks'
+         * direct part), the whole blocks between them direct. */
+        uint64_t a = (off + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+        uint64_t b = (off + len) / DIRECT_ALIGN * DIRECT_ALIGN;
+        int rc = buffered_pwrite(f, p, (size_t)(a - off), off), refused = 0;
+        if (!rc) rc = direct_pwrite(f, p + (a - off), (size_t)(b - a), a, &refused);
+        if (!rc && refused) {
+            atomic_store(&f->direct_off, 1);
+            rc = buffered_pwrite(f, p + (a - off), (size_t)(b - a), a);
+        }
+        if (!rc) rc = buffered_pwrite(f, p + (b - off), (size_t)(off + len - b), b);
+        return rc;
+    }
+    return buffered_pwrite(f, p, len, off);
+}
+
+static int buffered_pwrite(file_output *f, const char *p, size_t len, uint64_t off) {
     while (len > 0) {
         ssize_t n = pwrite(f->fd, p, len, (off_t)off);
         if (n < 0) {
@@ -146,6 +213,8 @@ static int resolve_target(const char *path, char **real) {
 }
 
 static void drop_temp(file_output *f) {
+    if (f->dfd >= 0) close(f->dfd);
+    f->dfd = -1;
     if (f->fd >= 0) close(f->fd);
     f->fd = -1;
     if (f->tmp && tzr_temp_claim(f->slot)) unlink(f->tmp);
@@ -164,6 +233,8 @@ static int fo_finish(tzr_output *o) {
     }
     close(f->fd);
     f->fd = -1;
+    if (f->dfd >= 0) close(f->dfd);
+    f->dfd = -1;
     /* The target may have changed since open: still never replace a
      * device, FIFO or directory. */
     struct stat st;
@@ -234,16 +305,22 @@ static int make_temp(file_output *f) {
     return 0;
 }
 
-int tzr_output_open_file(tzr_output **out, const char *path) {
+int tzr_output_open_file(tzr_output **out, const char *path) { return tzr_output_open_file_flags(out, path, 0); }
+
+int tzr_output_open_file_flags(tzr_output **out, const char *path, unsigned flags) {
     *out = NULL;
     if (!path || !*path) return tzr_fail(TZR_EINVAL, "empty output path");
+    if (flags & ~(unsigned)TZR_OUTPUT_DIRECT) return tzr_fail(TZR_EINVAL, "%s: unknown output flags %#x", path, flags);
     file_output *f = calloc(1, sizeof *f);
     if (!f) return tzr_fail(TZR_ENOMEM, "out of memory");
-    f->fd = -1;
+    f->fd = f->dfd = -1;
     f->slot = -1;
     int rc = (f->path = strdup(path)) ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
     if (!rc) rc = resolve_target(path, &f->real);
     if (!rc) rc = make_temp(f);
+    /* A second descriptor on the same file for the aligned blocks; where
+     * the file system has no O_DIRECT (tmpfs, some FUSE) it stays -1. */
+    if (!rc && (flags & TZR_OUTPUT_DIRECT)) f->dfd = open(f->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
     if (rc) {
         fo_destroy(&f->base);
         return rc;

@@ -11,8 +11,9 @@
 #include "tzr_safetensors.h"
 #include "tzr_shard.h"
 
-enum { FLOOR, ADD_FROM, ADD_MEMORY, ADD_BORROWED, ENCRYPTED, COMPRESSED, SHARDS2, NCASES };
+enum { FLOOR, ADD_FROM, DIRECT, ADD_MEMORY, ADD_BORROWED, ENCRYPTED, COMPRESSED, SHARDS2, NCASES };
 static const char *case_names[NCASES] = {"floor: read+write+fsync (dd)", "tzr_writer_add_from (tensorize)",
+                                         "add_from, O_DIRECT (--direct)",
                                          "tzr_writer_add from memory", "tzr_writer_add_borrowed (python)",
                                          "add_from, encrypted",
                                          "add_from, zstd level 1", "2 shards, splitter add_from (--shards 2)"};
@@ -59,6 +60,7 @@ static int run_case(int k, const char *in, const char *out, const uint8_t *key, 
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     if (k == ENCRYPTED) wo.crypt.key = key;
     if (k == COMPRESSED) wo.compression = TZR_COMPRESSION_ZSTD;
+    if (k == DIRECT) wo.direct = 1;
     double t0 = cli_now();
     tzr_writer *w = NULL;
     tzr_shard_splitter *sp = NULL;

@@ -4,6 +4,7 @@
  *   floor         8 MiB read+write of the same bytes, then fsync (what
  *                 `dd bs=8M conv=fsync` does)
  *   add_from      tzr_writer_add_from the input (what tensorize does)
+ *   direct        the same with O_DIRECT block writes (tensorize --direct)
  *   add (memory)  the input read into memory first (not timed), then
  *                 tzr_writer_add, as a training job saving its tensors
  *   borrowed      the same memory through tzr_writer_add_borrowed (what
