@@ -28,6 +28,10 @@ $TZ -q "$T/hf" -o "$T/hf.tensors" && $DT "$T/hf.tensors" -q -o "$T/back.safetens
 check hf_tensorize_round_trip same "$T/back.safetensors" "$T/m.safetensors"
 $TZ -q "$T/m.safetensors" -o "$T/m.tensors"
 check hf_tensorize_bytes_as_single_file cmp "$T/hf.tensors" "$T/m.tensors"
+$DT "$T"/hf/model-0000[123]-of-00003.safetensors -q -o "$T/list.safetensors"
+check hf_file_list_export_same same "$T/list.safetensors" "$T/m.safetensors"
+$DT --list "$T/hf/model-00001-of-00003.safetensors" "$T/hf/model-00001-of-00003.safetensors" > /dev/null 2> "$T/dup.err"; rc=$?
+check hf_file_list_duplicate_tensor sh -c "test $rc = 1 && grep -q \"tensor 'model.embed_tokens.weight' is in both\" '$T/dup.err'"
 mkdir "$T/noidx" && cp "$T"/hf/*.safetensors "$T/noidx/"
 $DT "$T/noidx" -q -o "$T/noidx.safetensors"
 check hf_directory_without_index same "$T/noidx.safetensors" "$T/m.safetensors"

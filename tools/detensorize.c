@@ -15,12 +15,13 @@
 #include "tzr_shard.h"
 
 static const char usage[] =
-    "Usage: detensorize FILE [ACTION] [OPTIONS]\n"
+    "Usage: detensorize FILE [FILE ...] [ACTION] [OPTIONS]\n"
     "FILE is a .tensors or safetensors file (told apart by their bytes), a shard\n"
     "manifest (PREFIX.tzr-index.json written by tensorize --shards), a Hugging\n"
     "Face directory or its model.safetensors.index.json, or per-rank files named\n"
     "by a pattern (vLLM's 'model-rank-%03d.tensors'); a path or an http(s):// or\n"
-    "s3:// URL (a URL ending in / is a directory).\n"
+    "s3:// URL (a URL ending in / is a directory). Several FILEs (.safetensors or\n"
+    ".tensors, each tensor in one of them) open as one set.\n"
     "\n"
     "Actions (default --list):\n"
     "  -l, --list              table of tensors (name, type, module, dtype, shape, bytes)\n"
@@ -60,6 +61,8 @@ static const char usage[] =
 
 typedef struct opts {
     const char *file, *output;
+    const char *const *files; /* several inputs: one set (tzr_shard_open_files) */
+    int nfiles;
     int list, json, sha, verify, quiet, no_verify, force;
     const char **filters;
     int nfilters;
@@ -668,7 +671,8 @@ static int shard_main(const opts *o) {
     so.rank_rules = o->rank_rules; /* NULL: vLLM's */
     cli_crypt_apply(&o->crypt, &so.crypt); /* encrypted shard files */
     tzr_shard_set *set;
-    int rc = tzr_shard_open(&set, o->file, &so);
+    int rc = o->nfiles > 1 ? tzr_shard_open_files(&set, o->files, (size_t)o->nfiles, &so)
+                           : tzr_shard_open(&set, o->file, &so);
     if (rc) return o->output && cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
     size_t hits = 0;
     for (size_t i = 0; i < tzr_shard_count(set); i++) hits += matches(o, shard_shown(tzr_shard_tensor_at(set, i)));
@@ -744,11 +748,15 @@ static int run(opts *o, int argc, char **argv) {
         default: fputs(usage, stderr); return EXIT_USAGE;
         }
     }
-    if (optind != argc - 1) {
-        cli_error(optind >= argc ? "no input file (see --help)" : "one input file expected (see --help)");
+    if (optind >= argc) {
+        cli_error("no input file (see --help)");
         return EXIT_USAGE;
     }
     o->file = argv[optind];
+    o->files = (const char *const *)argv + optind;
+    o->nfiles = argc - optind;
+    static char label[4200]; /* what messages call a list of inputs */
+    if (o->nfiles > 1) snprintf(label, sizeof label, "%s (+%d more)", o->file, o->nfiles - 1), o->file = label;
     if (o->list + o->verify + (o->output != NULL) > 1) {
         cli_error("choose one of --list, --verify, -o");
         return EXIT_USAGE;
@@ -773,7 +781,7 @@ static int run(opts *o, int argc, char **argv) {
         if (cli_output_check(o->output, o->force)) return EXIT_FAIL;
         cli_output_guard(o->output, NULL);
     }
-    if (is_manifest(o->file)) return shard_main(o); /* a key opens encrypted shard files */
+    if (o->nfiles > 1 || is_manifest(o->file)) return shard_main(o); /* a key opens encrypted shard files */
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.read_headers = !o->verify && !o->output; /* --list shows module indices */
     /* -o rewrites the data: check each tensor in the read that feeds the
