@@ -12,7 +12,7 @@
  * once), so a pwrite_at into it afterwards fails with TZR_EINVAL. The
  * tensorizer writer writes each byte once: a tensor's data, then its
  * header just before it, and the prologue/index in part 1 at the end.
- * finish: upload what is left, CompleteMultipartUpload (the object appears
+ * finish: upload what is left (in parallel), CompleteMultipartUpload (the object appears
  * atomically). An output smaller than one part is sent as one PUT at
  * finish. abort: AbortMultipartUpload; nothing becomes visible. PUT
  * bodies are signed over http:// and UNSIGNED-PAYLOAD over https://. */
@@ -30,6 +30,7 @@ typedef struct part {
     uint8_t *buf;       /* part_bytes, or NULL once uploaded/not yet touched */
     size_t hw;          /* high-water mark of bytes written in this part */
     size_t filled;      /* bytes written into it; writers write each byte once */
+    size_t len;         /* bytes uploaded (set when its upload starts) */
     int state;          /* 0 buffering, 1 uploading, 2 uploaded */
     char etag[256];
     pthread_t th;
@@ -132,7 +133,7 @@ static int upload_part_sync(s3_out *o, part *p, size_t len) {
 static void *upload_thread(void *arg) {
     part *p = arg;
     s3_out *o = p->o;
-    int rc = upload_part_sync(o, p, o->part_bytes);
+    int rc = upload_part_sync(o, p, p->len);
     pthread_mutex_lock(&o->mu);
     if (rc) {
         if (!o->failed) tzr_error_save(o->err_msg, sizeof o->err_msg, &o->err_code);
@@ -166,6 +167,7 @@ static int start_upload(s3_out *o, part *p) {
         if (rc) return rc;
     }
     p->state = 1;
+    p->len = part_len(o, p->index); /* full, but the tail at finish */
     o->inflight++;
     if (pthread_create(&p->th, NULL, upload_thread, p) != 0) {
         o->inflight--;
@@ -266,8 +268,11 @@ static int s3_finish(tzr_output *out) {
         }
         if ((rc = initiate(o))) return rc;
     }
-    /* Upload the rest: the tail part, any never-filled part, part 1 last. */
+    /* Upload the rest at once (max_inflight at a time): the tail part,
+     * any never-filled part, and part 1 with the prologue and index, so
+     * the end of a save waits for one part's upload, not for each in turn. */
     if ((rc = ensure_parts(o, n))) return rc;
+    pthread_mutex_lock(&o->mu);
     for (size_t k = 0; k < n && !rc; k++) {
         size_t i = (k + 1) % n; /* 1, 2, ..., n-1, then 0 */
         part *p = o->parts[i];
@@ -276,20 +281,20 @@ static int s3_finish(tzr_output *out) {
             if (p) p->buf = calloc(1, o->part_bytes);
             if (!p || !p->buf) {
                 free(p);
-                return tzr_fail(TZR_ENOMEM, "out of memory");
+                rc = tzr_fail(TZR_ENOMEM, "out of memory");
+                break;
             }
             p->o = o;
             p->index = i;
             o->parts[i] = p;
         }
-        if (p->state == 2) continue;
-        rc = upload_part_sync(o, p, part_len(o, i));
-        if (!rc) {
-            p->state = 2;
-            free(p->buf);
-            p->buf = NULL;
-        }
+        if (p->state == 0) rc = start_upload(o, p);
     }
+    pthread_mutex_unlock(&o->mu);
+    join_all(o);
+    pthread_mutex_lock(&o->mu);
+    if (!rc && o->failed) rc = restore_failure(o);
+    pthread_mutex_unlock(&o->mu);
     if (rc) return rc;
     size_t cap = 128 + n * 360;
     char *xml = malloc(cap);
