@@ -370,10 +370,14 @@ int main(int argc, char **argv) {
         if ((rc = input_open(&inputs[i], argv[optind + i]))) {
             cli_lib_error(rc);
             cli_error("nothing was written to %s", shards ? manifest : target);
+            close_inputs(inputs, ninputs);
             return EXIT_FAIL;
         }
     uint64_t total = scan_inputs(inputs, ninputs, zlevel >= 0 && !index_bytes, &wo.metadata_size, rules, &bad_rules);
-    if (bad_rules) return EXIT_USAGE;
+    if (bad_rules) {
+        close_inputs(inputs, ninputs);
+        return EXIT_USAGE;
+    }
     if (zlevel >= 0) {
         wo.compression = TZR_COMPRESSION_ZSTD;
         wo.compression_level = zlevel;
@@ -397,7 +401,11 @@ int main(int argc, char **argv) {
     } else if (!cli_stop_signal) {
         rc = tzr_writer_open(&w.w, output, &wo);
     }
-    if (rc) return cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
+    if (rc) {
+        int status = cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);
+        close_inputs(inputs, ninputs);
+        return status;
+    }
     cli_progress_begin(&ps.bar, "tensorize", total);
     for (int i = 0; i < ninputs && !rc; i++) rc = add_input(&w, &inputs[i], &ps);
     cli_progress_end(&ps.bar);
