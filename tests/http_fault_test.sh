@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The tools over HTTP: a shard manifest served from a URL (its shards
-# resolved next to it) and --timeout against a server that never answers.
+# resolved next to it), --timeout against a server that never answers, and
+# tensorize -o s3:// against a multipart target whose part uploads fail
+# (refused: aborted, nothing completed) or fail once (retried: the object
+# is the local file's bytes).
 # The origin is tests/util/faulty_http.py on loopback.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -51,4 +54,18 @@ $TZ -q "$W/m.tensors" -o "$T/y.tensors" --timeout 0 2>/dev/null
 check timeout_zero_is_usage test $? = 2
 $DT "$URL/ok/m.tensors" --verify --timeout 5 > /dev/null 2>&1
 check timeout_healthy_server_ok test $? = 0
+# ---- a part upload that fails, and one that fails once -------------------
+unset AWS_SESSION_TOKEN AWS_PROFILE AWS_ENDPOINT_URL_S3 AWS_SHARED_CREDENTIALS_FILE AWS_CONFIG_FILE
+export AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s AWS_DEFAULT_REGION=us-east-1 AWS_ENDPOINT_URL=$URL
+$TZ -q "$T/m.safetensors" -o "$T/plain.tensors"
+: > "$W/requests.log"
+$TZ -q "$T/m.safetensors" -o s3://partfail/x.tensors --part-size 5 2> "$T/pf.err"; rc=$?
+check s3_part_refused_fails sh -c "test $rc = 1 && grep -q 'AccessDenied' '$T/pf.err' && grep -q 'nothing was written to s3://partfail/x.tensors' '$T/pf.err'"
+check s3_part_refused_aborted sh -c "grep -q '^DELETE /partfail/x.tensors?uploadId=u1 ' '$W/requests.log' &&
+    ! grep -q '^POST /partfail/x.tensors?uploadId=' '$W/requests.log'"
+: > "$W/requests.log"
+$TZ -q "$T/m.safetensors" -o s3://partretry/y.tensors --part-size 5 2> "$T/pr.err"
+check s3_part_retried_completes cmp "$W/y.tensors" "$T/plain.tensors"
+parts=$(grep -c '^PUT /partretry/y.tensors?partNumber=' "$W/requests.log")
+check s3_part_retried_each sh -c "test $parts -ge 4 && test \$(( $parts % 2 )) = 0"
 exit 0

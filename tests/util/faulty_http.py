@@ -29,6 +29,11 @@ The first path component selects a fault mode: /MODE/NAME serves DIR/NAME.
   gziphead HEAD says Content-Encoding: gzip
   silent   reads every request and never answers (closes after 30 s)
   silentget  HEAD is fine, GETs are never answered
+  partfail   a minimal S3 multipart target (bucket = mode): UploadPart of
+           part 2 answers 403 AccessDenied; abort is logged
+  partretry  the same target, where the first PUT of every part answers
+           503 and the retry succeeds; CompleteMultipartUpload writes the
+           assembled object to DIR/KEY
 An inverted range (bytes=N-M with M < N) answers 416, as nginx does.
 Every request is logged to DIR/requests.log as "METHOD PATH RANGE TIME"
 (TIME: seconds on the monotonic clock, when the request arrived).
@@ -47,6 +52,7 @@ FLIP = bytes(i ^ 0xFF for i in range(256))
 LM1 = "Mon, 01 Jan 2024 00:00:00 GMT"
 LM2 = "Tue, 02 Jan 2024 00:00:00 GMT"
 SEEN = set()
+PARTS = {}  # (key, part number) -> body, for the multipart modes
 
 
 def first_time(key):
@@ -190,6 +196,56 @@ class H(BaseHTTPRequestHandler):
             self.close_connection = True
         if mode == "shortbody":
             self.close_connection = True
+
+    # ---- a minimal S3 multipart target (partfail, partretry) --------------
+    def _s3(self):
+        from urllib.parse import parse_qs, urlsplit
+        u = urlsplit(self.path)
+        mode, _, key = u.path.lstrip("/").partition("/")
+        q = parse_qs(u.query, keep_blank_values=True)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        def xml(code, text):
+            data = text.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        if mode not in ("partfail", "partretry") or not key:
+            return self._send_simple(404)
+        if self.command == "POST" and "uploads" in q:
+            return xml(200, "<InitiateMultipartUploadResult><UploadId>u1</UploadId></InitiateMultipartUploadResult>")
+        if self.command == "PUT" and "partNumber" in q:
+            n = int(q["partNumber"][0])
+            if mode == "partfail" and n == 2:
+                return xml(403, "<Error><Code>AccessDenied</Code><Message>part 2 refused</Message></Error>")
+            if mode == "partretry" and first_time(("part", key, n)):
+                return self._send_simple(503)
+            with LOCK:
+                PARTS[(key, n)] = body
+            return self._send_simple(200, {"ETag": '"p%d"' % n})
+        if self.command == "POST" and "uploadId" in q:
+            with LOCK:
+                nums = sorted(k[1] for k in PARTS if k[0] == key)
+                data = b"".join(PARTS[(key, k)] for k in nums)
+            with open(os.path.join(ROOT, key.replace("/", "_")), "wb") as f:
+                f.write(data)
+            return xml(200, "<CompleteMultipartUploadResult><ETag>\"done\"</ETag></CompleteMultipartUploadResult>")
+        if self.command == "DELETE" and "uploadId" in q:
+            return self._send_simple(204)
+        return self._send_simple(400)
+
+    def do_POST(self):
+        self._log()
+        self._s3()
+
+    def do_PUT(self):
+        self._log()
+        self._s3()
+
+    def do_DELETE(self):
+        self._log()
+        self._s3()
 
     def _send_body(self, mode, path, start, length, size, code, etag, replaced):
         """Whole-range answers of the replace, chunkcut and gzip modes."""
