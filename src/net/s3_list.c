@@ -64,6 +64,37 @@ static int add_url(char ***urls, size_t *n, size_t *cap, const char *bucket, con
     return 0;
 }
 
+int tzr_s3_list_page(const char *body, size_t len, const char *what, const char *bucket, size_t prefix_len,
+                     const char *suffix, char ***urls, size_t *n, size_t *cap, int *more, char **token) {
+    const char *end = body + len;
+    int rc = 0;
+    *more = 0, *token = NULL;
+    for (const char *p = body; !rc;) {
+        size_t bl, kl;
+        const char *blk = xml_find(p, end, "Contents", &bl);
+        if (!blk) break;
+        const char *k = xml_find(blk, blk + bl, "Key", &kl);
+        char key[2048];
+        if (!k || xml_unescape(k, kl, key, sizeof key))
+            rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 answer has a bad <Key> at byte %zu", what, (size_t)(blk - body));
+        size_t l = rc ? 0 : strlen(key), sl = strlen(suffix);
+        if (!rc && l > sl && l > prefix_len && strcmp(key + l - sl, suffix) == 0 && !strchr(key + prefix_len, '/'))
+            rc = add_url(urls, n, cap, bucket, key);
+        p = blk + bl;
+    }
+    size_t tl, nl;
+    const char *tr = xml_find(body, end, "IsTruncated", &tl);
+    const char *nt = xml_find(body, end, "NextContinuationToken", &nl);
+    *more = !rc && tr && tl == 4 && strncasecmp(tr, "true", 4) == 0;
+    if (*more && !nt) rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 says more keys follow but gives no token", what);
+    if (*more && !rc) {
+        char raw[1200];
+        if (xml_unescape(nt, nl, raw, sizeof raw)) rc = tzr_fail(TZR_EHTTP, "%s: bad continuation token", what);
+        else if (!(*token = tzr_uri_encode(raw, strlen(raw), 0))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    return rc;
+}
+
 int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_options *opt, char ***urls, size_t *n) {
     *urls = NULL, *n = 0;
     size_t cap = 0;
@@ -102,36 +133,15 @@ int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_optio
         if (!rc && (c.status < 200 || c.status >= 300))
             rc = tzr_fail_prefix(tzr_http_status_error(&c, &cfg), "%s: listing the prefix (ListObjectsV2): ",
                                  prefix_url);
-        const char *body = c.resp ? c.resp : "", *end = body + c.resp_len;
-        for (const char *p = body; !rc;) {
-            size_t bl, kl;
-            const char *blk = xml_find(p, end, "Contents", &bl);
-            if (!blk) break;
-            const char *k = xml_find(blk, blk + bl, "Key", &kl);
-            char key[2048];
-            if (!k || xml_unescape(k, kl, key, sizeof key))
-                rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 answer has a bad <Key> at byte %zu", prefix_url,
-                              (size_t)(blk - body));
-            size_t l = rc ? 0 : strlen(key), sl = strlen(suffix);
-            if (!rc && l > sl && strcmp(key + l - sl, suffix) == 0 && !strchr(key + klen, '/'))
-                rc = add_url(urls, n, &cap, tgt.bucket, key);
-            p = blk + bl;
-        }
-        size_t tl, nl;
-        const char *tr = xml_find(body, end, "IsTruncated", &tl);
-        const char *nt = xml_find(body, end, "NextContinuationToken", &nl);
-        int more = !rc && tr && tl == 4 && strncasecmp(tr, "true", 4) == 0;
+        int more = 0;
         free(token);
         token = NULL;
-        if (more && (!nt || page > 10000))
-            rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 says more keys follow but gives no token", prefix_url);
-        if (more && !rc) {
-            char raw[1200];
-            if (xml_unescape(nt, nl, raw, sizeof raw)) rc = tzr_fail(TZR_EHTTP, "%s: bad continuation token", prefix_url);
-            else if (!(token = tzr_uri_encode(raw, strlen(raw), 0))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
-        }
+        if (!rc) rc = tzr_s3_list_page(c.resp ? c.resp : "", c.resp_len, prefix_url, tgt.bucket, klen, suffix, urls, n,
+                                       &cap, &more, &token);
+        if (!rc && more && page > 10000)
+            rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 gives more than 10000 pages", prefix_url);
         tzr_http_call_reset(&c);
-        if (!more) break;
+        if (rc || !more) break;
     }
 out:
     if (rc) {
