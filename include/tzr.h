@@ -307,7 +307,8 @@ struct tzr_output {
  * ".NAME.HASH.PID.XXXXXX.tmp" (NAME cut to 200 bytes) carries the pid; at
  * open, such files of the same target whose process is gone are removed. */
 TZR_API int tzr_output_open_file(tzr_output **out, const char *path);
-/* The same, with TZR_OUTPUT_DIRECT: whole 4 KiB blocks are written with
+/* The same, with TZR_OUTPUT_DIRECT: whole blocks (4 KiB, or the page or
+ * file-system block where larger) are written with
  * O_DIRECT where the file system allows it (else, silently, through the
  * page cache), so writing a checkpoint larger than memory neither fills
  * the page cache nor evicts what else runs there; the few bytes at the

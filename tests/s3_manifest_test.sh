@@ -55,6 +55,7 @@ mkdir "$T/vl" && $TZ -q "$T/m.safetensors" --shards 2 --names vllm -o "$T/vl/mod
 timeout 120 aws s3 cp --quiet --recursive "$T/hf" s3://tzr/hf/ &&
     timeout 120 aws s3 cp --quiet --recursive "$T/noidx" s3://tzr/noidx/ &&
     timeout 120 aws s3 cp --quiet "$T/noidx/model-00001-of-00003.safetensors" s3://tzr/noidx/sub/extra.safetensors &&
+    timeout 120 aws s3 cp --quiet "$T/noidx/model-00001-of-00003.safetensors" s3://tzr/noidx/.partial.safetensors &&
     timeout 120 aws s3 cp --quiet "$T/m.safetensors" s3://tzr/one/m.safetensors &&
     timeout 120 aws s3 cp --quiet --recursive "$T/vl" s3://tzr/vl/ || {
     for c in s3_hf_prefix_export_same s3_hf_index_export_same s3_hf_prefix_lists_shards s3_hf_listing_without_index \
@@ -70,8 +71,9 @@ timeout 120 $DT s3://tzr/hf/model.safetensors.index.json -q -o "$T/hfi.safetenso
 check s3_hf_index_export_same same "$T/hfi.safetensors" "$T/m.safetensors"
 timeout 120 $DT --list s3://tzr/hf/ > "$T/hfl.out" 2>&1
 check s3_hf_prefix_lists_shards grep -q '3 shards' "$T/hfl.out"
-# No index: the three files directly under the prefix (not sub/extra, a
-# copy of the first file: taken, its tensors would be duplicates).
+# No index: the three files directly under the prefix (not sub/extra or
+# the hidden .partial, copies of the first file: taken, their tensors
+# would be duplicates).
 timeout 120 $DT s3://tzr/noidx/ -q -o "$T/nx.safetensors" 2> "$T/nx.err"
 check s3_hf_listing_without_index same "$T/nx.safetensors" "$T/m.safetensors"
 $TZ -q "$T/hf" -o "$T/hf-local.tensors"

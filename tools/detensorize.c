@@ -773,7 +773,7 @@ static int run(opts *o, int argc, char **argv) {
         cli_error("give --key-file or --password-file, not both");
         return EXIT_USAGE;
     }
-    if (o->rank_rules && !rank_pattern(o->file)) {
+    if (o->rank_rules && (o->nfiles > 1 || !rank_pattern(o->file))) {
         cli_error("--split-dim goes with per-rank files named by a pattern (model-rank-%%03d.tensors)");
         return EXIT_USAGE;
     }

@@ -3,8 +3,9 @@
  * path is untouched; abort and failures remove the temporary file. The
  * target is checked before anything is written: an existing one must be a
  * regular file, reached through any symbolic links (which stay links).
- * TZR_OUTPUT_DIRECT writes the whole 4 KiB blocks of each write through a
- * second, O_DIRECT descriptor. */
+ * TZR_OUTPUT_DIRECT writes the whole blocks (4 KiB, or the page or
+ * file-system block when larger) of each write through a second, O_DIRECT
+ * descriptor. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -31,6 +32,7 @@ typedef struct file_output {
     char *tmp;
     _Atomic uint64_t unflushed; /* bytes written since writeback was last started */
     int dfd;                    /* O_DIRECT descriptor of tmp; -1: none */
+    size_t align;               /* block the two paths never share (see DIRECT_ALIGN_MAX) */
     _Atomic int direct_off;     /* set when the file system refused an O_DIRECT write */
 } file_output;
 
@@ -41,10 +43,14 @@ typedef struct file_output {
 
 static int buffered_pwrite(file_output *f, const char *p, size_t len, uint64_t off);
 
-/* O_DIRECT needs offset, length and buffer aligned; 4 KiB covers 512-byte
- * and 4K-sector devices. Unaligned sources are copied through a bounce
- * buffer of this many bytes, one per thread. */
-#define DIRECT_ALIGN ((size_t)4096)
+/* O_DIRECT needs offset, length and buffer aligned to the device's block;
+ * and a buffered edge must not share a page or file-system block with a
+ * direct block (the kernel could not drop that page after the direct write,
+ * and its writeback could overwrite the direct bytes). So the unit is the
+ * largest of 4 KiB, the page size and st_blksize, at most this (beyond it
+ * the output stays buffered). Unaligned sources are copied through a bounce
+ * buffer of BOUNCE_BYTES, one per thread. */
+#define DIRECT_ALIGN_MAX ((size_t)1 << 20)
 #define BOUNCE_BYTES ((size_t)8 << 20)
 
 static pthread_key_t bounce_key;
@@ -53,16 +59,17 @@ static void bounce_init(void) { pthread_key_create(&bounce_key, free); }
 static char *thread_bounce(void) {
     pthread_once(&bounce_once, bounce_init);
     char *b = pthread_getspecific(bounce_key);
-    if (!b && posix_memalign((void **)&b, DIRECT_ALIGN, BOUNCE_BYTES) == 0) pthread_setspecific(bounce_key, b);
+    if (!b && posix_memalign((void **)&b, DIRECT_ALIGN_MAX, BOUNCE_BYTES) == 0) pthread_setspecific(bounce_key, b);
     return b;
 }
 
-/* The aligned blocks [off, off + len) (both aligned) with O_DIRECT. 1: the
- * file system refused (the caller writes them buffered instead). */
+/* The aligned blocks [off, off + len) (both aligned) with O_DIRECT. Sets
+ * *refused when the file system refuses (the caller writes them buffered
+ * instead); returns 0 or a TZR code. */
 static int direct_pwrite(file_output *f, const char *p, size_t len, uint64_t off, int *refused) {
     *refused = 0;
-    char *bounce = ((uintptr_t)p % DIRECT_ALIGN) ? thread_bounce() : NULL;
-    if ((uintptr_t)p % DIRECT_ALIGN && !bounce) return (*refused = 1), 0;
+    char *bounce = ((uintptr_t)p % f->align) ? thread_bounce() : NULL;
+    if ((uintptr_t)p % f->align && !bounce) return (*refused = 1), 0;
     while (len > 0) {
         size_t n = bounce && len > BOUNCE_BYTES ? BOUNCE_BYTES : len;
         const char *from = p;
@@ -73,7 +80,7 @@ static int direct_pwrite(file_output *f, const char *p, size_t len, uint64_t off
         if (w < 0)
             return tzr_fail(TZR_EIO, "%s: write of %zu bytes at offset %llu failed: %s", f->path, n,
                             (unsigned long long)off, strerror(errno));
-        if ((size_t)w % DIRECT_ALIGN) /* a short direct write: finish the block through the cache */
+        if ((size_t)w % f->align) /* a short direct write: finish the block through the cache */
             return buffered_pwrite(f, p + w, len - (size_t)w, off + (uint64_t)w);
         p += w, len -= (size_t)w, off += (uint64_t)w;
     }
@@ -83,12 +90,12 @@ static int direct_pwrite(file_output *f, const char *p, size_t len, uint64_t off
 static int fo_pwrite(tzr_output *o, const void *buf, size_t len, uint64_t off) {
     file_output *f = (file_output *)o;
     const char *p = buf;
-    if (f->dfd >= 0 && !atomic_load(&f->direct_off) && len >= 2 * DIRECT_ALIGN) {
+    if (f->dfd >= 0 && !atomic_load(&f->direct_off) && len >= 2 * f->align) {
         /* Head and tail to the next block edges through the cache (each
          * byte is written once, so no other write shares these blocks'
          * direct part), the whole blocks between them direct. */
-        uint64_t a = (off + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
-        uint64_t b = (off + len) / DIRECT_ALIGN * DIRECT_ALIGN;
+        uint64_t a = (off + f->align - 1) / f->align * f->align;
+        uint64_t b = (off + len) / f->align * f->align;
         int rc = buffered_pwrite(f, p, (size_t)(a - off), off), refused = 0;
         if (!rc) rc = direct_pwrite(f, p + (a - off), (size_t)(b - a), a, &refused);
         if (!rc && refused) {
@@ -320,7 +327,16 @@ int tzr_output_open_file_flags(tzr_output **out, const char *path, unsigned flag
     if (!rc) rc = make_temp(f);
     /* A second descriptor on the same file for the aligned blocks; where
      * the file system has no O_DIRECT (tmpfs, some FUSE) it stays -1. */
-    if (!rc && (flags & TZR_OUTPUT_DIRECT)) f->dfd = open(f->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
+    if (!rc && (flags & TZR_OUTPUT_DIRECT)) {
+        struct stat st;
+        long page = sysconf(_SC_PAGESIZE);
+        f->align = 4096;
+        if (page > 0 && (size_t)page > f->align) f->align = (size_t)page;
+        if (fstat(f->fd, &st) == 0 && st.st_blksize > 0 && (size_t)st.st_blksize > f->align)
+            f->align = (size_t)st.st_blksize;
+        if (f->align <= DIRECT_ALIGN_MAX && (f->align & (f->align - 1)) == 0)
+            f->dfd = open(f->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
+    }
     if (rc) {
         fo_destroy(&f->base);
         return rc;

@@ -78,7 +78,9 @@ int tzr_s3_list_page(const char *body, size_t len, const char *what, const char 
         if (!k || xml_unescape(k, kl, key, sizeof key))
             rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 answer has a bad <Key> at byte %zu", what, (size_t)(blk - body));
         size_t l = rc ? 0 : strlen(key), sl = strlen(suffix);
-        if (!rc && l > sl && l > prefix_len && strcmp(key + l - sl, suffix) == 0 && !strchr(key + prefix_len, '/'))
+        /* Directly under the prefix, and not a hidden (dot) file. */
+        if (!rc && l > sl && l > prefix_len && strcmp(key + l - sl, suffix) == 0 && !strchr(key + prefix_len, '/') &&
+            key[prefix_len] != '.')
             rc = add_url(urls, n, cap, bucket, key);
         p = blk + bl;
     }
@@ -88,7 +90,7 @@ int tzr_s3_list_page(const char *body, size_t len, const char *what, const char 
     *more = !rc && tr && tl == 4 && strncasecmp(tr, "true", 4) == 0;
     if (*more && !nt) rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 says more keys follow but gives no token", what);
     if (*more && !rc) {
-        char raw[1200];
+        char raw[8192];
         if (xml_unescape(nt, nl, raw, sizeof raw)) rc = tzr_fail(TZR_EHTTP, "%s: bad continuation token", what);
         else if (!(*token = tzr_uri_encode(raw, strlen(raw), 0))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     }
@@ -101,9 +103,10 @@ int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_optio
     tzr_s3_config cfg = {0};
     tzr_s3_target tgt = {0};
     tzr_http_common *common = NULL;
-    char *enc_prefix = NULL, *token = NULL, probe[4200];
+    char *enc_prefix = NULL, *token = NULL, *q = NULL, probe[4200];
     /* A target for a key under the bucket, then its path cut to the bucket. */
-    snprintf(probe, sizeof probe, "%sx", prefix_url);
+    if ((size_t)snprintf(probe, sizeof probe, "%sx", prefix_url) >= sizeof probe)
+        return tzr_fail(TZR_ELIMIT, "%.200s...: URL over %zu bytes", prefix_url, sizeof probe - 2);
     int rc = tzr_http_common_new(&common, opt);
     if (!rc) rc = tzr_s3_config_resolve(&cfg, opt);
     if (!rc) rc = tzr_s3_target_make(&tgt, probe, &cfg);
@@ -117,8 +120,13 @@ int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_optio
     }
     const tzr_http_options *ho = tzr_http_common_opts(common);
     for (int page = 0; !rc; page++) {
-        char q[2400];
-        snprintf(q, sizeof q, "%s%s&delimiter=%%2F&list-type=2&prefix=%s", token ? "continuation-token=" : "",
+        size_t qcap = (token ? strlen(token) : 0) + strlen(enc_prefix) + 64;
+        free(q);
+        if (!(q = malloc(qcap))) {
+            rc = tzr_fail(TZR_ENOMEM, "out of memory");
+            break;
+        }
+        snprintf(q, qcap, "%s%s&delimiter=%%2F&list-type=2&prefix=%s", token ? "continuation-token=" : "",
                  token ? token : "", enc_prefix);
         tzr_http_call c;
         memset(&c, 0, sizeof c);
@@ -150,6 +158,7 @@ out:
         *urls = NULL, *n = 0;
     }
     free(token);
+    free(q);
     free(enc_prefix);
     tzr_s3_target_free(&tgt);
     tzr_s3_config_free(&cfg);

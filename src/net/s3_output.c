@@ -7,7 +7,8 @@
  * tzr_http_perform) as soon as its last byte was written; its buffer is
  * then freed. Part 1 — bytes [0, part_bytes), holding the tensorizer
  * prologue and index that the writer rewrites at the very end — stays in
- * memory until finish and is uploaded last (S3 accepts parts in any order).
+ * memory until finish, whose uploads (the tail part, any holes, part 1)
+ * then run in parallel (S3 accepts parts in any order).
  * CONSTRAINT: a part is uploaded once all its bytes were written (each byte
  * once), so a pwrite_at into it afterwards fails with TZR_EINVAL. The
  * tensorizer writer writes each byte once: a tensor's data, then its
@@ -156,7 +157,8 @@ static int restore_failure(s3_out *o) {
     return o->err_code ? o->err_code : TZR_EHTTP;
 }
 
-/* Start uploading part i (full, not part 1). mu held; may wait for a slot. */
+/* Start uploading part p (a full one during writes; at finish also the
+ * tail and part 1). mu held; may wait for a slot. */
 static int start_upload(s3_out *o, part *p) {
     while (o->inflight >= o->max_inflight && !o->failed) pthread_cond_wait(&o->cv, &o->mu);
     if (o->failed) return restore_failure(o);

@@ -109,7 +109,9 @@ int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *list, s
         if (rc == TZR_ENOTFOUND) {
             index[0] = 0;
             if (strncasecmp(path, "s3://", 5) == 0) {
-                rc = tzr_s3_list(path, ".safetensors", NULL, &owned, &nfiles);
+                char prefix[8300];
+                snprintf(prefix, sizeof prefix, "%.*s", (int)end, path); /* less any ?query */
+                rc = tzr_s3_list(prefix, ".safetensors", NULL, &owned, &nfiles);
                 if (!rc && !nfiles)
                     rc = tzr_fail(TZR_ENOTFOUND, "%s: no %s and no .safetensors objects under this prefix", path,
                                   HF_INDEX);
