@@ -170,7 +170,10 @@ echo
 # Baselines move the same bytes as libtzr's upload (the .tensors file):
 # `aws s3 cp` of the file (multipart, its defaults: 8 MiB parts, 10 at a
 # time), and curl --parallel PUTs of the file cut in 16 MiB pieces, each to
-# a presigned URL (no multipart bookkeeping: the raw upload floor).
+# a presigned URL (no multipart bookkeeping: the raw upload floor), and
+# the same pieces as one multipart upload by curl (presigned UploadPart
+# URLs, P at once, then CompleteMultipartUpload: the same requests
+# tensorize makes, for a file that already exists).
 python3 - "$T" "$SIZE" <<'PY'
 import sys, boto3
 t, size = sys.argv[1], int(sys.argv[2])
@@ -193,6 +196,36 @@ with open(f"{t}/m.tensors", "rb") as f:
         i += 1
 PY
 cat "$T"/pieces/* > /dev/null
+mp_curl() { # P: prints the seconds of one curl multipart upload of the pieces
+    python3 - "$T" "$SIZE" "$1" <<'PY'
+import subprocess, sys, time, boto3
+t, size, p = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s3 = boto3.client("s3")
+piece, key = 16 << 20, "up-curl-mp.tensors"
+n = (size + piece - 1) // piece
+t0 = time.monotonic()
+up = s3.create_multipart_upload(Bucket="bench", Key=key)["UploadId"]
+with open(f"{t}/mp.cfg", "w") as f:
+    for i in range(n):
+        url = s3.generate_presigned_url("upload_part", ExpiresIn=3600, Params={
+            "Bucket": "bench", "Key": key, "UploadId": up, "PartNumber": i + 1})
+        f.write(("next\n" if i else "") + f'url = "{url}"\nupload-file = "{t}/pieces/p{i:05d}"\n'
+                'output = "/dev/null"\nwrite-out = "%{url} %header{etag}\\n"\n')
+out = subprocess.run(["curl", "-sf", "--no-progress-meter", "--parallel", "--parallel-max", p, "-K", f"{t}/mp.cfg"],
+                     capture_output=True, text=True, check=True).stdout.split("\n")
+parts = []
+for line in filter(None, out):
+    url, etag = line.rsplit(" ", 1)
+    parts.append({"PartNumber": int(url.split("partNumber=")[1].split("&")[0]) if "partNumber=" in url
+                  else int(url.split("PartNumber=")[1].split("&")[0]), "ETag": etag})
+parts.sort(key=lambda x: x["PartNumber"])
+assert len(parts) == n, (len(parts), n)
+s3.complete_multipart_upload(Bucket="bench", Key=key, UploadId=up, MultipartUpload={"Parts": parts})
+t1 = time.monotonic()
+assert s3.head_object(Bucket="bench", Key=key)["ContentLength"] == size
+print(f"{t1 - t0:.6f}")
+PY
+}
 urow() { printf '| %-44s | %7.3f | %6s |\n' "$1" "$(python3 -c "print(($3-$2)/1e9)")" "$(gbps "$SIZE" "$2" "$3")"; }
 echo "| upload to Swift (same bytes, same run)       | seconds |  GB/s  |"
 echo "|----------------------------------------------|---------|--------|"
@@ -208,6 +241,10 @@ for rep in $(seq "$REPEAT"); do
         [ "$got" = "$SIZE" ] || { echo "curl upload baseline sent $got of $SIZE bytes" >&2; exit 1; }
         urow "curl PUT, 16 MiB pieces, $p in parallel" "$t0" "$t1"
         g=$(gbps "$SIZE" "$t0" "$t1"); ubest=$(python3 -c "print(max($ubest, $g))")
+        secs=$(mp_curl "$p")
+        printf '| %-44s | %7.3f | %6s |\n' "curl multipart, 16 MiB parts, $p at once" "$secs" \
+            "$(python3 -c "print(f'{$SIZE / $secs / 1e9:.3f}')")"
+        g=$(python3 -c "print($SIZE / $secs / 1e9)"); mpbest=$(python3 -c "print(max(${mpbest:-0}, $g))")
     done
 done
 IFS=, read -ra PARTS_L <<< "${PARTS:-8,16,32}"
@@ -227,4 +264,4 @@ done
 aws s3 cp s3://bench/up-tzr.tensors "$T/back.tensors" --quiet
 cmp "$T/back.tensors" "$T/m.tensors" || { echo "uploaded object differs from the local file" >&2; exit 1; }
 echo
-echo "best upload baseline $ubest GB/s; best tensorize -o s3:// $tbest GB/s ($(python3 -c "print(f'{$tbest / $ubest:.2f}')")x); the uploaded object equals the local file"
+echo "best upload baseline $ubest GB/s (raw PUTs), $(python3 -c "print(f'{${mpbest:-0}:.3f}')") GB/s (curl multipart); best tensorize -o s3:// $tbest GB/s ($(python3 -c "print(f'{$tbest / $ubest:.2f}')")x, $(python3 -c "print(f'{$tbest / ${mpbest:-1}:.2f}')")x); the uploaded object equals the local file"
