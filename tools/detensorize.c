@@ -160,6 +160,24 @@ static void load_options(const opts *o, tzr_load_options *lo, cli_progress *pr) 
     }
 }
 
+/* One load of the selected tensors (-f) into sink behind a progress bar
+ * named label; verify forces checking (which also delivers each tensor's
+ * pieces in order), else the reader's verify setting holds. */
+static int load_selected(const opts *o, tzr_reader *r, tzr_sink *sink, const char *label, int verify, int cancelable,
+                         tzr_load_stats *st) {
+    tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+    cli_progress pr;
+    cli_progress_begin(&pr, label, 0);
+    load_options(o, &lo, &pr);
+    if (verify) lo.verify = 1; /* else the reader's own setting */
+    lo.filter = filter_cb;
+    lo.filter_ctx = (void *)o;
+    if (cancelable) lo.cancel = &cli_stop_signal;
+    int rc = tzr_load(r, sink, &lo, st);
+    cli_progress_end(&pr);
+    return rc;
+}
+
 /* ---- a sink that hashes each tensor's bytes (in order: verify is on) -- */
 typedef struct sha_sink {
     tzr_sink base;
@@ -230,15 +248,7 @@ static int compute_sha(const opts *o, tzr_reader *r, char (*hex)[65]) {
     h.base.submit = sha_submit;
     h.base.end_tensor = sha_end;
     h.base.name = "sha256";
-    tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
-    cli_progress pr;
-    cli_progress_begin(&pr, "sha256", 0);
-    load_options(o, &lo, &pr);
-    lo.verify = 1; /* also delivers each tensor's pieces in order */
-    lo.filter = filter_cb;
-    lo.filter_ctx = (void *)o;
-    int rc = tzr_load(r, &h.base, &lo, NULL);
-    cli_progress_end(&pr);
+    int rc = load_selected(o, r, &h.base, "sha256", 1, 0, NULL);
     for (size_t i = 0; i < n; i++) EVP_MD_CTX_free(h.ctx[i]);
     free(h.ctx);
     free(h.next);
@@ -341,15 +351,8 @@ static int safetensors_verify(const opts *o, tzr_reader *r) {
     tzr_sink *null;
     int rc = tzr_sink_null_new(&null);
     if (rc) return cli_lib_error(rc);
-    tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
-    cli_progress pr;
-    cli_progress_begin(&pr, "read", 0);
-    load_options(o, &lo, &pr);
-    lo.filter = filter_cb;
-    lo.filter_ctx = (void *)o;
     tzr_load_stats st = {0};
-    rc = tzr_load(r, null, &lo, &st);
-    cli_progress_end(&pr);
+    rc = load_selected(o, r, null, "read", 0, 0, &st);
     tzr_sink_free(null);
     if (rc) return cli_lib_error(rc);
     char sz[32];
@@ -515,16 +518,8 @@ static int do_export(const opts *o, tzr_reader *r) {
         pthread_mutex_init(&e.lock, NULL);
         e.base.submit = st_submit;
         e.base.name = "safetensors";
-        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
-        cli_progress pr;
-        cli_progress_begin(&pr, "export", 0);
-        load_options(o, &lo, &pr);
-        lo.filter = filter_cb;
-        lo.filter_ctx = (void *)o;
-        lo.cancel = &cli_stop_signal;
         tzr_load_stats st;
-        rc = tzr_load(r, &e.base, &lo, &st);
-        cli_progress_end(&pr);
+        rc = load_selected(o, r, &e.base, "export", 0, 1, &st);
         rc = st_finish(o, &e, rc, m, st.seconds);
         pthread_mutex_destroy(&e.lock);
     }
