@@ -96,6 +96,10 @@ TZR_HIDDEN int tzr_s3_sign_request(const tzr_s3_config *cfg, const tzr_s3_target
  * (seconds, to test the server's RequestTimeTooSkewed answer). */
 TZR_HIDDEN time_t tzr_s3_now(void);
 
+/* The text between <tag> and the next </tag> in [p, end): its start and
+ * *len, or NULL. S3's answers are flat enough for this (no attributes on
+ * the tags read). */
+TZR_HIDDEN const char *tzr_xml_find(const char *p, const char *end, const char *tag, size_t *len);
 /* Copy of the <Code>..</Code> and <Message>..</Message> of an S3 XML error
  * body into buf ("" if none). */
 TZR_HIDDEN void tzr_s3_error_text(const char *body, size_t len, char *buf, size_t cap);

@@ -394,17 +394,24 @@ int tzr_s3_sign_request(const tzr_s3_config *cfg, const tzr_s3_target *t, const 
     return 0;
 }
 
+const char *tzr_xml_find(const char *p, const char *end, const char *tag, size_t *len) {
+    char open[64], close[64];
+    int ol = snprintf(open, sizeof open, "<%s>", tag), cl = snprintf(close, sizeof close, "</%s>", tag);
+    if (!p || p >= end || ol <= 0 || cl <= 0 || (size_t)ol >= sizeof open || (size_t)cl >= sizeof close) return NULL;
+    const char *a = memmem(p, (size_t)(end - p), open, (size_t)ol);
+    if (!a) return NULL;
+    a += ol;
+    const char *b = memmem(a, (size_t)(end - a), close, (size_t)cl);
+    if (!b) return NULL;
+    *len = (size_t)(b - a);
+    return a;
+}
+
 static void xml_tag(const char *body, size_t len, const char *tag, char *out, size_t cap) {
     out[0] = 0;
-    char open[64], close[64];
-    snprintf(open, sizeof open, "<%s>", tag);
-    snprintf(close, sizeof close, "</%s>", tag);
-    const char *p = memmem(body, len, open, strlen(open));
+    size_t n;
+    const char *p = tzr_xml_find(body, body + len, tag, &n);
     if (!p) return;
-    p += strlen(open);
-    const char *e = memmem(p, len - (size_t)(p - body), close, strlen(close));
-    if (!e) return;
-    size_t n = (size_t)(e - p);
     if (n >= cap) n = cap - 1;
     memcpy(out, p, n);
     out[n] = 0;

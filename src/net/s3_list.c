@@ -7,20 +7,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* XML text between <tag> and </tag> starting the search at p; NULL if none. */
-static const char *xml_find(const char *p, const char *end, const char *tag, size_t *len) {
-    char open[64], close[64];
-    snprintf(open, sizeof open, "<%s>", tag);
-    snprintf(close, sizeof close, "</%s>", tag);
-    const char *a = p ? strstr(p, open) : NULL;
-    if (!a || a >= end) return NULL;
-    a += strlen(open);
-    const char *b = strstr(a, close);
-    if (!b || b > end) return NULL;
-    *len = (size_t)(b - a);
-    return a;
-}
-
 /* XML character data back to bytes: the five entities and &#N; / &#xN;
  * (ASCII only: S3 escapes just these in keys). 0, or -1 on a bad one. */
 static int xml_unescape(const char *s, size_t n, char *out, size_t cap) {
@@ -71,9 +57,9 @@ int tzr_s3_list_page(const char *body, size_t len, const char *what, const char 
     *more = 0, *token = NULL;
     for (const char *p = body; !rc;) {
         size_t bl, kl;
-        const char *blk = xml_find(p, end, "Contents", &bl);
+        const char *blk = tzr_xml_find(p, end, "Contents", &bl);
         if (!blk) break;
-        const char *k = xml_find(blk, blk + bl, "Key", &kl);
+        const char *k = tzr_xml_find(blk, blk + bl, "Key", &kl);
         char key[2048];
         if (!k || xml_unescape(k, kl, key, sizeof key))
             rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 answer has a bad <Key> at byte %zu", what, (size_t)(blk - body));
@@ -85,8 +71,8 @@ int tzr_s3_list_page(const char *body, size_t len, const char *what, const char 
         p = blk + bl;
     }
     size_t tl, nl;
-    const char *tr = xml_find(body, end, "IsTruncated", &tl);
-    const char *nt = xml_find(body, end, "NextContinuationToken", &nl);
+    const char *tr = tzr_xml_find(body, end, "IsTruncated", &tl);
+    const char *nt = tzr_xml_find(body, end, "NextContinuationToken", &nl);
     *more = !rc && tr && tl == 4 && strncasecmp(tr, "true", 4) == 0;
     if (*more && !nt) rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 says more keys follow but gives no token", what);
     if (*more && !rc) {

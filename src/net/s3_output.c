@@ -100,14 +100,13 @@ static int initiate(s3_out *o) {
         tzr_http_call_reset(&c);
         return rc;
     }
-    const char *p = c.resp ? strstr(c.resp, "<UploadId>") : NULL;
-    const char *e = p ? strstr(p, "</UploadId>") : NULL;
-    if (!p || !e) {
+    size_t idl = 0;
+    const char *p = c.resp ? tzr_xml_find(c.resp, c.resp + c.resp_len, "UploadId", &idl) : NULL;
+    if (!p) {
         tzr_http_call_reset(&c);
         return tzr_fail(TZR_EHTTP, "%s: CreateMultipartUpload answer has no UploadId", o->name);
     }
-    p += strlen("<UploadId>");
-    o->upload_id = tzr_uri_encode(p, (size_t)(e - p), 0);
+    o->upload_id = tzr_uri_encode(p, idl, 0);
     tzr_http_call_reset(&c);
     return o->upload_id ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
 }
