@@ -119,9 +119,7 @@ static uint64_t scan_inputs(const input *in, int n, int compress, uint64_t *inde
             tzr_reader *r = input_file(&in[i], k);
             for (size_t j = 0; j < tzr_reader_count(r) && !*bad_rules; j++) {
                 const tzr_tensor_info *t = tzr_reader_tensor(r, j);
-                size_t dlen = t->dtype_len;
-                if (tzr_reader_format(r) == TZR_FORMAT_SAFETENSORS) tzr_dtype_string(t->dtype, &dlen);
-                need += reserved_for(t->name_len, dlen, t->ndim, t->nbytes);
+                need += reserved_for(t->name_len, t->dtype_len, t->ndim, t->nbytes); /* safetensors: tensorizer's string */
                 *bad_rules = !rules_ok(rules, t->name, t->name_len, t->ndim);
                 total += t->nbytes;
             }
