@@ -216,6 +216,10 @@ enum {
 };
 /* Open a local file. flags: TZR_SOURCE_*. */
 TZR_API int tzr_source_open_file(tzr_source **out, const char *path, unsigned flags);
+/* A caller's open descriptor of a regular file (a binding's file object):
+ * the source reads a duplicate with pread from byte 0, so fd's own offset
+ * is untouched and fd may be closed at once. name is for messages. */
+TZR_API int tzr_source_open_fd(tzr_source **out, int fd, const char *name, unsigned flags);
 /* Wrap memory the caller keeps alive while the source lives. */
 TZR_API int tzr_source_open_memory(tzr_source **out, const void *data, size_t len,
                                    const char *name);
@@ -236,6 +240,12 @@ typedef struct tzr_crypt_params {
     uint64_t memlimit;
     const uint8_t *salt;    /* 16 bytes, or NULL for random */
 } tzr_crypt_params;
+
+/* The key a writer derives from a password and salt (Argon2id13; limits 0 =
+ * tensorizer's MODERATE defaults, as tzr_crypt_params), for callers that
+ * show or keep the derived key, as tensorizer's EncryptionParams.key does. */
+TZR_API int tzr_key_derive(uint8_t key[TZR_KEY_BYTES], const char *password, size_t password_len,
+                           const uint8_t salt[TZR_SALT_BYTES], uint64_t opslimit, uint64_t memlimit);
 
 /* ---------------------------------------------------------------- reader */
 typedef struct tzr_reader tzr_reader;
@@ -315,6 +325,13 @@ TZR_API int tzr_output_open_file(tzr_output **out, const char *path);
  * unaligned edges of each write go through the cache. */
 enum { TZR_OUTPUT_DIRECT = 1 };
 TZR_API int tzr_output_open_file_flags(tzr_output **out, const char *path, unsigned flags);
+/* A caller's descriptor, open for writing, of a regular file: written in
+ * place with pwrite from byte 0 (not atomic: the file is the caller's).
+ * fd's own offset is untouched and fd may be closed at once (a duplicate
+ * is kept). finish flushes to the device (fdatasync); abort truncates the
+ * file back to its length at open, so a failed write leaves nothing that
+ * reads as a checkpoint. name is for messages. */
+TZR_API int tzr_output_open_fd(tzr_output **out, int fd, const char *name);
 
 typedef struct tzr_writer tzr_writer;
 

@@ -1,7 +1,8 @@
 /* Atomic local outputs (src/output_file.c, src/io/output_temp.c): temporary
  * names that fit NAME_MAX, removal of stale temporaries of dead processes
  * only, targets that are refused, symbolic links written through, and the
- * signal-safe removal of temporaries being written. */
+ * signal-safe removal of temporaries being written; outputs and sources
+ * over a caller's descriptor. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -268,6 +269,59 @@ out:
     free(shifted);
 }
 
+/* A caller's descriptor (the Python bindings' file objects): written in
+ * place from byte 0 whatever the descriptor's own offset, readable back
+ * through a descriptor source after the caller closed theirs; abort cuts the
+ * file back to its length at open; read-only, append-only and non-regular
+ * descriptors are refused. */
+static void descriptor_output_and_source(void) {
+    const char *path = path_in("fd.bin");
+    CHECK(check_write_file(path, "", 0) == 0);
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0 && lseek(fd, 3, SEEK_SET) == 3);
+    tzr_output *o = NULL;
+    CHECK_OK(tzr_output_open_fd(&o, fd, "fd.bin"));
+    if (o) {
+        CHECK_OK(o->pwrite_at(o, "world", 5, 5));
+        CHECK_OK(o->pwrite_at(o, "hello", 5, 0));
+        CHECK_OK(o->finish(o));
+        o->destroy(o);
+    }
+    CHECK(lseek(fd, 0, SEEK_CUR) == 3); /* the caller's offset is theirs */
+    tzr_source *src = NULL;
+    CHECK_OK(tzr_source_open_fd(&src, fd, "fd.bin", 0));
+    close(fd);
+    char buf[10] = {0};
+    if (src) {
+        CHECK(src->size == 10);
+        CHECK_OK(src->read_at(src, buf, 10, 0));
+        CHECK(memcmp(buf, "helloworld", 10) == 0);
+        CHECK_RC(src->read_at(src, buf, 4, 8), TZR_ETRUNC);
+        tzr_source_free(src);
+    }
+    /* abort: back to the 10 bytes it held when the output opened */
+    fd = open(path, O_RDWR);
+    CHECK_OK(tzr_output_open_fd(&o, fd, "fd.bin"));
+    if (o) {
+        CHECK_OK(o->pwrite_at(o, "0123456789abcdef", 16, 0));
+        o->abort(o);
+        o->destroy(o);
+    }
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0 && st.st_size == 10);
+    close(fd);
+    int ro = open(path, O_RDONLY), ap = open(path, O_WRONLY | O_APPEND), wo = open(path, O_WRONLY);
+    int fifo_fds[2];
+    CHECK(pipe(fifo_fds) == 0);
+    CHECK_RC(tzr_output_open_fd(&o, ro, "ro"), TZR_EINVAL);
+    CHECK_RC(tzr_output_open_fd(&o, ap, "append"), TZR_EINVAL);
+    CHECK_RC(tzr_output_open_fd(&o, fifo_fds[1], "pipe"), TZR_EINVAL);
+    CHECK_RC(tzr_source_open_fd(&src, wo, "write-only", 0), TZR_EINVAL);
+    CHECK_RC(tzr_source_open_fd(&src, fifo_fds[0], "pipe", 0), TZR_EIO);
+    CHECK_RC(tzr_source_open_fd(&src, -1, "bad", 0), TZR_EINVAL);
+    close(ro), close(ap), close(wo), close(fifo_fds[0]), close(fifo_fds[1]);
+}
+
 int main(void) {
     RUN(temp_prefix_short);
     RUN(temp_prefix_long_fits_name_max);
@@ -278,5 +332,6 @@ int main(void) {
     RUN(long_name);
     RUN(remove_temporaries_cancels);
     RUN(direct_bytes_and_cache);
+    RUN(descriptor_output_and_source);
     return check_done();
 }

@@ -29,6 +29,13 @@ int tzr_crypt_derive(uint8_t key[32], const char *pw, size_t pw_len, const uint8
     return 0;
 }
 
+int tzr_key_derive(uint8_t key[TZR_KEY_BYTES], const char *password, size_t password_len,
+                   const uint8_t salt[TZR_SALT_BYTES], uint64_t opslimit, uint64_t memlimit) {
+    if (!key || !password || !salt) return tzr_fail(TZR_EINVAL, "tzr_key_derive: NULL argument");
+    return tzr_crypt_derive(key, password, password_len, salt, TZR_SALT_BYTES, opslimit ? opslimit : 3,
+                            memlimit ? memlimit : 268435456, crypto_pwhash_ALG_ARGON2ID13);
+}
+
 uint64_t tzr_crypt_num_chunks(uint64_t len, uint64_t chunk_size) {
     return len / chunk_size + (len % chunk_size != 0);
 }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -20,7 +21,8 @@ typedef struct file_source {
     int fd;
     int direct_fd;     /* O_DIRECT descriptor, -1 until asked for */
     _Atomic int direct;
-    char *path;
+    char *path;        /* for messages */
+    char *direct_path; /* what O_DIRECT reopens */
 } file_source;
 
 static int pread_full(file_source *f, int fd, uint8_t *p, size_t len, uint64_t at);
@@ -132,7 +134,7 @@ static int file_readv_at(tzr_source *s, const tzr_iovec *iov, int iovcnt, uint64
 static int file_set_direct(tzr_source *s, int on) {
     file_source *f = (file_source *)s;
     if (on && f->direct_fd < 0) {
-        f->direct_fd = open(f->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+        f->direct_fd = open(f->direct_path, O_RDONLY | O_CLOEXEC | O_DIRECT);
         if (f->direct_fd < 0)
             return tzr_fail(TZR_ENOTSUP, "%s: O_DIRECT refused: %s", f->path, strerror(errno));
     }
@@ -145,24 +147,21 @@ static void file_destroy(tzr_source *s) {
     if (f->fd >= 0) close(f->fd);
     if (f->direct_fd >= 0) close(f->direct_fd);
     free(f->path);
+    free(f->direct_path);
     free(f);
 }
 
-int tzr_source_open_file(tzr_source **out, const char *path, unsigned flags) {
-    *out = NULL;
-    if (!path) return tzr_fail(TZR_EINVAL, "NULL path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return tzr_fail(e == ENOENT ? TZR_ENOTFOUND : TZR_EIO, "%s: cannot open: %s", path, strerror(e));
-    }
+/* A source over fd (owned from now on; closed on failure too), named path
+ * in messages; direct_path is what set_direct reopens with O_DIRECT. */
+static int wrap_fd(tzr_source **out, int fd, const char *path, const char *direct_path, unsigned flags) {
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return tzr_fail(TZR_EIO, "%s: not a regular file", path);
     }
     file_source *f = calloc(1, sizeof *f);
-    if (!f || !(f->path = strdup(path))) {
+    if (!f || !(f->path = strdup(path)) || !(f->direct_path = strdup(direct_path))) {
+        if (f) free(f->path);
         free(f);
         close(fd);
         return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -184,4 +183,32 @@ int tzr_source_open_file(tzr_source **out, const char *path, unsigned flags) {
     }
     *out = &f->base;
     return 0;
+}
+
+int tzr_source_open_file(tzr_source **out, const char *path, unsigned flags) {
+    *out = NULL;
+    if (!path) return tzr_fail(TZR_EINVAL, "NULL path");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return tzr_fail(e == ENOENT ? TZR_ENOTFOUND : TZR_EIO, "%s: cannot open: %s", path, strerror(e));
+    }
+    return wrap_fd(out, fd, path, path, flags);
+}
+
+int tzr_source_open_fd(tzr_source **out, int fd, const char *name, unsigned flags) {
+    *out = NULL;
+    if (!name) name = "(file descriptor)";
+    /* A duplicate: the source reads with pread, so the caller's offset and
+     * descriptor stay the caller's, and closing theirs does not end ours. */
+    int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) return tzr_fail(TZR_EINVAL, "%s: descriptor %d: %s", name, fd, strerror(errno));
+    int acc = fcntl(dup, F_GETFL);
+    if (acc >= 0 && (acc & O_ACCMODE) == O_WRONLY) {
+        close(dup);
+        return tzr_fail(TZR_EINVAL, "%s: descriptor %d is open for writing only", name, fd);
+    }
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", dup);
+    return wrap_fd(out, dup, name, proc, flags);
 }
