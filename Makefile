@@ -152,8 +152,9 @@ install: all
 	ln -sf libtzr.so.$(SOVER) $(DESTDIR)$(PREFIX)/lib/libtzr.so
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/libtzr.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libtzr.pc
 	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
-	install -d $(DESTDIR)$(PYTHON_DIR)/tzr
-	install -m 644 python/tzr/*.py $(DESTDIR)$(PYTHON_DIR)/tzr/
+	for d in tzr tzr/compat tzr/compat/tensorizer; do \
+	    install -d $(DESTDIR)$(PYTHON_DIR)/$$d && install -m 644 python/$$d/*.py $(DESTDIR)$(PYTHON_DIR)/$$d/ || exit 1; \
+	done
 
 # The Python package goes where Debian's python3 looks; it finds
 # $(PREFIX)/lib/libtzr.so.0 relative to itself.

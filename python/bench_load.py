@@ -1,9 +1,20 @@
-"""make bench-python: the C host load (one tzr_load into library memory,
-called through ctypes) against tzr.TensorDeserializer(..., device="cpu")
-full materialization, same file, warm cache, each in its own process so
-peak RSS is its own. Usage: bench_load.py BUILD [FILE] [--mib N] [--reps N]"""
+"""make bench-python: Python loads of one ~1 GiB checkpoint, warm cache,
+against the raw-read floor (`tzr-bench --cases raw`) measured in the same run.
+
+Rows: the C host load (tzr_load into library memory, through ctypes);
+tzr.TensorDeserializer(device="cpu") from a path, from open(), from
+tzr.stream_io.open_stream, from an io.BytesIO of the file (memory: correct,
+not a disk row); the same load into one shared allocation (what tzr did
+before each tensor got its own storage: the cost of per-tensor storages);
+and, with --tensorizer DIR (a folder holding tensorizer's package, for the
+measurement only), tensorizer's own TensorDeserializer. Each row runs in a
+fresh process: "first" is that process's first load, "best" the best of
+--reps loads in the same process.
+Usage: bench_load.py BUILD [FILE] [--mib N] [--reps N] [--tensorizer DIR]"""
 import argparse
 import ctypes
+import io
+import json
 import os
 import resource
 import subprocess
@@ -15,31 +26,82 @@ def rss_now():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def child(kind, path, reps):
+def one_allocation(path):
+    """tzr's load as it was: every tensor carved from one allocation whose
+    2 MiB-aligned middle is advised MADV_HUGEPAGE."""
+    import torch
+    from tzr import _core
+    from tzr.serialization import _HUGE, _MADV_HUGEPAGE, _libc
+    r = _core.Reader(path)
+    total = sum((int(e.nbytes) + 63) // 64 * 64 for e in r.entries)
+    big = torch.empty(total + _HUGE, dtype=torch.uint8)
+    start = (-big.data_ptr()) % _HUGE
+    _libc.madvise(ctypes.c_void_p(big.data_ptr() + start), total // _HUGE * _HUGE, _MADV_HUGEPAGE)
+    dests, out, off = {}, {}, start
+    for e in r.entries:
+        dests[e.index] = (big.data_ptr() + off, e.nbytes)
+        out[e.index] = big[off:off + int(e.nbytes)]
+        off += (int(e.nbytes) + 63) // 64 * 64
+    r.load(dests)
+    r.close()
+    return out
+
+
+def load_once(kind, path):
+    if kind == "c":
+        from tzr import _lib
+        lib = _lib.lib
+        lib.tzr_sink_host_new.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p]
+        r, s = ctypes.c_void_p(), ctypes.c_void_p()
+        _lib.check(lib.tzr_reader_open(ctypes.byref(r), path.encode(), None))
+        _lib.check(lib.tzr_sink_host_new(ctypes.byref(s), None, None))
+        opt = _lib.load_options()
+        _lib.check(lib.tzr_load(r, s, ctypes.byref(opt), None))
+        return lambda: (lib.tzr_sink_free(s), lib.tzr_reader_free(r))
+    if kind == "one_allocation":
+        return one_allocation(path)
+    if kind == "tensorizer":
+        import tensorizer
+        return tensorizer.TensorDeserializer(path, device="cpu")
     import tzr
-    from tzr import _lib
-    lib = _lib.lib
+    from tzr import stream_io
+    if kind == "path":
+        src = path
+    elif kind == "open":
+        src = open(path, "rb")
+    elif kind == "open_stream":
+        src = stream_io.open_stream(path, "rb")
+    return tzr.TensorDeserializer(src, device="cpu")
+
+
+def child(kind, path, reps):
     base = rss_now()
-    best = None
+    times = []
     for _ in range(reps):
-        t0 = time.perf_counter()
-        if kind == "c":
-            lib.tzr_sink_host_new.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p]
-            r, s = ctypes.c_void_p(), ctypes.c_void_p()
-            _lib.check(lib.tzr_reader_open(ctypes.byref(r), path.encode(), None))
-            _lib.check(lib.tzr_sink_host_new(ctypes.byref(s), None, None))
-            opt = _lib.load_options()
-            _lib.check(lib.tzr_load(r, s, ctypes.byref(opt), None))
-            dt = time.perf_counter() - t0
-            lib.tzr_sink_free(s)
-            lib.tzr_reader_free(r)
+        if kind == "bytesio":  # the file into memory is not the load's time
+            import tzr
+            buf = io.BytesIO(open(path, "rb").read())
+            t0 = time.perf_counter()
+            d = tzr.TensorDeserializer(buf, device="cpu")
         else:
-            d = tzr.TensorDeserializer(path, device="cpu")
-            dt = time.perf_counter() - t0
-            del d
-        best = dt if best is None else min(best, dt)
+            t0 = time.perf_counter()
+            d = load_once(kind, path)
+        times.append(time.perf_counter() - t0)
+        if callable(d):
+            d()
+        del d
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print("%f %d %d" % (best, peak, base))
+    print(json.dumps({"first": times[0], "best": min(times), "peak": peak, "base": base}))
+
+
+def floor(build, path, reps):
+    out = subprocess.run([os.path.join(build, "tzr-bench"), "--file", path, "--cases", "raw", "--small", "0",
+                          "--json", "--repeat", str(reps)], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        row = json.loads(line)
+        if row.get("ok") and row["case"].startswith("raw read"):
+            return row["seconds"]
+    raise SystemExit("tzr-bench gave no raw-read floor:\n" + out)
 
 
 def main():
@@ -48,6 +110,7 @@ def main():
     ap.add_argument("file", nargs="?")
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tensorizer", help="folder with tensorizer's package (measurement only)")
     ap.add_argument("--child")
     a = ap.parse_args()
     if a.child:
@@ -65,19 +128,38 @@ def main():
     with open(path, "rb") as f:  # warm the page cache
         while f.read(64 << 20):
             pass
-    env = dict(os.environ, TZR_LIBRARY=os.path.realpath(os.path.join(a.build, "libtzr.so")))
+    raw = floor(a.build, path, a.reps)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, TZR_LIBRARY=os.path.realpath(os.path.join(a.build, "libtzr.so")),
+               PYTHONPATH=here)
+    kinds = [("c", "C host load (tzr_load)"), ("path", "tzr, path"), ("open", "tzr, open()"),
+             ("open_stream", "tzr, stream_io.open_stream"), ("bytesio", "tzr, io.BytesIO (memory)"),
+             ("one_allocation", "tzr, one shared allocation")]
+    if a.tensorizer:
+        kinds.append(("tensorizer", "tensorizer 2.11.1, path"))
     rows = []
-    for kind, label in (("c", "C host load (tzr_load)"), ("py", "tzr.TensorDeserializer cpu")):
-        out = subprocess.run([sys.executable, __file__, a.build, path, "--child", kind, "--reps", str(a.reps)],
-                             env=env, capture_output=True, text=True, check=True).stdout.split()
-        rows.append((label, float(out[0]), int(out[1]), int(out[2])))
-    print("file %s: %.1f MiB, best of %d, warm cache" % (path, size / 2**20, a.reps))
-    print("%-30s %9s %8s %12s %14s" % ("load", "seconds", "GB/s", "peak RSS MiB", "over import MiB"))
-    for label, sec, peak, base in rows:
-        print("%-30s %9.3f %8.2f %12.0f %14.0f" % (label, sec, size / sec / 1e9, peak / 2**20, (peak - base) / 2**20))
-    c, p = rows[0][1], rows[1][1]
-    print("python / C time: %.2fx (goal <= 1.15x); python RSS over import: %.0f MiB for %.0f MiB of tensors"
-          % (p / c, (rows[1][2] - rows[1][3]) / 2**20, size / 2**20))
+    for kind, label in kinds:
+        e = dict(env)
+        if kind == "tensorizer":
+            e["PYTHONPATH"] = a.tensorizer + os.pathsep + here
+        r = subprocess.run([sys.executable, __file__, a.build, path, "--child", kind, "--reps", str(a.reps)],
+                           env=e, capture_output=True, text=True)
+        if r.returncode:
+            print("%s: failed: %s" % (label, r.stderr.strip().splitlines()[-1:]), file=sys.stderr)
+            continue
+        rows.append((kind, label, json.loads(r.stdout)))
+    print("file %s: %.1f MiB, warm cache; raw read (tzr-bench, best of %d): %.3f s, %.2f GB/s"
+          % (path, size / 2**20, a.reps, raw, size / raw / 1e9))
+    print("%-30s %8s %8s %8s %8s %10s" % ("load (fresh process each)", "first s", "best s", "GB/s", "floor/x",
+                                          "RSS+ MiB"))
+    for kind, label, m in rows:
+        print("%-30s %8.3f %8.3f %8.2f %8.2f %10.0f" % (label, m["first"], m["best"], size / m["best"] / 1e9,
+                                                       raw / m["best"], (m["peak"] - m["base"]) / 2**20))
+    by = {k: m for k, _, m in rows}
+    if "path" in by and "one_allocation" in by:
+        print("per-tensor storages vs one allocation: %+.1f%% (best), %+.1f%% (first)"
+              % (100 * (by["path"]["best"] / by["one_allocation"]["best"] - 1),
+                 100 * (by["path"]["first"] / by["one_allocation"]["first"] - 1)))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 set -u
 kind=${1:-build}
 build_pkgs="gcc make pkg-config libssl-dev libsodium-dev libdeflate-dev libjansson-dev libcurl4-openssl-dev libzstd-dev"
-test_pkgs="clang libclang-rt-14-dev openmpi-bin libopenmpi-dev python3 python3-torch python3-numpy curl nginx-light swift swift-proxy swift-account swift-container swift-object python3-swiftclient"
+test_pkgs="clang libclang-rt-14-dev openmpi-bin libopenmpi-dev python3 python3-torch python3-numpy python3-pip python3-setuptools curl nginx-light swift swift-proxy swift-account swift-container swift-object python3-swiftclient"
 pkgs=$build_pkgs
 [ "$kind" = test ] && pkgs="$build_pkgs $test_pkgs"
 missing=""

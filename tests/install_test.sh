@@ -49,5 +49,40 @@ assert os.path.realpath(L.lib._name) == os.path.realpath('$P/lib/libtzr.so.0'), 
 d = tzr.TensorDeserializer('tests/golden/plain_v1.tensors', device='cpu')
 assert len(d) == 6
 "
+    # The compatibility package ships too, off until asked for.
+    check python_compat_opt_in env -u TZR_LIBRARY PYTHONPATH="$PY" /usr/bin/python3 -c "
+import subprocess, sys, tzr.compat
+where = subprocess.run([sys.executable, '-m', 'tzr.compat'], capture_output=True, text=True).stdout.strip()
+assert where == tzr.compat.PATH and where.startswith('$PY'), where
+try:
+    import tensorizer
+    assert not getattr(tensorizer, '__tzr__', False), 'on without being asked'
+except ImportError:
+    pass
+tzr.compat.enable()
+import tensorizer, tensorizer.stream_io, tensorizer.utils, tensorizer.torch_compat
+assert tensorizer.__tzr__ and tensorizer.TensorDeserializer is tzr.TensorDeserializer
+"
+fi
+# pip install ./python (Debian's pip and setuptools, offline) into a scratch
+# prefix: the build's libtzr.so.0 goes inside the package, so it loads from
+# any folder with no LD_LIBRARY_PATH.
+if [ -n "$san" ]; then
+    echo "SKIP pip_install: a sanitizer-built library cannot load into python3"
+elif ! /usr/bin/python3 -m pip --version >/dev/null 2>&1; then
+    echo "FAIL pip_install: Debian's python3-pip is missing (scripts/deps.sh test installs it)"
+else
+    rm -rf "$T/pysrc" && cp -r python "$T/pysrc" && rm -rf "$T/pysrc/build" "$T/pysrc"/*.egg-info
+    TZR_LIBRARY=$(realpath "$BUILD/libtzr.so.0") /usr/bin/python3 -m pip install -q --no-build-isolation \
+        --no-deps --no-index --prefix "$T/pip" "$T/pysrc" > "$T/pip.log" 2>&1
+    check pip_install_succeeds test $? = 0
+    site=$(find "$T/pip" -name __init__.py -path '*/tzr/__init__.py' | head -1)
+    site=${site%/tzr/__init__.py}
+    check pip_package_loads_bundled_lib sh -c "cd / && env -u TZR_LIBRARY PYTHONPATH='$site' /usr/bin/python3 -c \"
+import os, tzr, tzr._lib as L
+assert L.lib._name == os.path.join(os.path.dirname(tzr.__file__), 'libtzr.so.0'), L.lib._name
+d = tzr.TensorDeserializer('$PWD/tests/golden/plain_v1.tensors', device='cpu')
+assert len(d) == 6
+\""
 fi
 exit 0

@@ -9,7 +9,7 @@ import json
 import threading
 from ctypes import byref, c_uint64, c_void_p
 
-from . import _lib
+from . import _io, _lib
 from ._lib import check, lib
 
 
@@ -39,9 +39,11 @@ def crypt_fill(crypt, params, keep):
     holds the buffers alive as long as the struct is used."""
     if params is None:
         return
-    key = getattr(params, "key", None)
     pw = getattr(params, "_password", None)
-    if key is not None:
+    # A password goes to the library as a password (the file then records
+    # the salt and limits); EncryptionParams.key would derive it here.
+    key = getattr(params, "_key", None) if pw is not None else getattr(params, "key", None)
+    if pw is None and key is not None:
         buf = ctypes.create_string_buffer(bytes(key), len(key))
         keep.append(buf)
         crypt.key = ctypes.cast(buf, c_void_p)
@@ -60,15 +62,28 @@ def crypt_fill(crypt, params, keep):
 
 
 class Reader:
-    """An open tzr_reader and its index."""
+    """An open tzr_reader and its index, over a path, a URI, a descriptor
+    number or a binary file object (see _io)."""
 
-    def __init__(self, path, decryption=None, verify=False):
-        self.path = path
+    def __init__(self, file_obj, decryption=None, verify=False):
+        self.path = file_obj
         keep = []
         opt = _lib.reader_options(verify=1 if verify else 0)
         crypt_fill(opt.crypt, decryption, keep)
         h = c_void_p()
-        check(lib.tzr_reader_open(byref(h), _path_bytes(path), byref(opt)))
+        self._opened = None
+        if _io.is_path(file_obj):
+            check(lib.tzr_reader_open(byref(h), _path_bytes(file_obj), byref(opt)))
+        else:
+            if isinstance(file_obj, int) and not isinstance(file_obj, bool):
+                self._opened = _io._fd_source(file_obj, "descriptor %d" % file_obj)
+            else:
+                self._opened = _io.open_source(file_obj)
+            rc = lib.tzr_reader_open_source(byref(h), self._opened.handle, byref(opt))  # owns it now
+            if rc:
+                err = _lib.error(rc)
+                self._opened.done()
+                self._opened.raise_caught(err)
         self._h = h
         self._lock = threading.Lock()
         n = lib.tzr_reader_count(h)
@@ -83,8 +98,10 @@ class Reader:
 
     def close(self):
         if getattr(self, "_h", None) is not None:
-            lib.tzr_reader_free(self._h)
+            lib.tzr_reader_free(self._h)  # frees the source too
             self._h = None
+        if getattr(self, "_opened", None) is not None:
+            self._opened.done()
 
     __del__ = close
 
@@ -96,14 +113,39 @@ class Reader:
             return info.module_idx
         src = ctypes.cast(lib.tzr_reader_source(self.handle), ctypes.POINTER(_lib.Source)).contents
         buf = ctypes.create_string_buffer(2)
-        check(src.read_at(lib.tzr_reader_source(self.handle), buf, 2, info.header_offset + 8))
+        self._check(src.read_at(lib.tzr_reader_source(self.handle), buf, 2, info.header_offset + 8))
         return int.from_bytes(buf.raw, "little")
+
+    def matches(self, i, t):
+        """Whether the contiguous host tensor t holds exactly tensor i's
+        bytes as the file stores them (read, decrypted and hash-checked)."""
+        n = int(self.entries[i].nbytes)
+        if t.numel() * t.element_size() != n:
+            return False
+        buf = ctypes.create_string_buffer(max(n, 1))
+        rc = lib.tzr_reader_read(self.handle, i, buf, n)
+        if rc in (_lib.TZR_EHASH, _lib.TZR_ECRYPT):
+            return False
+        self._check(rc)
+        return n == 0 or ctypes.string_at(t.data_ptr(), n) == buf.raw[:n]
+
+    def _check(self, rc):
+        if rc:
+            err = _lib.error(rc)
+            if self._opened is not None:
+                self._opened.raise_caught(err)
+            raise err
 
     def load(self, dests, device=None, verify=None, progress=None):
         """Load tensors {index: (pointer, nbytes)} in one tzr_load.
         device: None for host memory, or a CUDA device number (pointers are
         device pointers there)."""
-        return load_table(self.handle, len(self.entries), dests, device, verify, progress)
+        try:
+            return load_table(self.handle, len(self.entries), dests, device, verify, progress)
+        except _lib.TzrError as err:
+            if self._opened is not None and self._opened.errors:
+                self._opened.raise_caught(err)
+            raise
 
 
 def load_table(reader_handle, count, dests, device=None, verify=None, progress=None):

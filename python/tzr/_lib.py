@@ -75,8 +75,31 @@ class TensorInfo(Structure):
     ]
 
 
-class Source(Structure):  # only its first field, read_at, is used
-    _fields_ = [("read_at", ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_uint64))]
+# Callback tables (include/tzr.h): sources and outputs made in Python for
+# file objects that have no descriptor.
+IO_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_uint64)
+STATUS_FN = ctypes.CFUNCTYPE(c_int, c_void_p)
+VOID_FN = ctypes.CFUNCTYPE(None, c_void_p)
+
+
+class Source(Structure):
+    _fields_ = [("read_at", IO_FN), ("destroy", VOID_FN), ("size", c_uint64), ("name", c_char_p),
+                ("preferred_chunk", c_size_t), ("preferred_inflight", c_int), ("is_cached", c_void_p),
+                ("set_direct", c_void_p), ("direct_align", c_size_t), ("readv_at", c_void_p),
+                ("ctx", c_void_p), ("pack_reads", c_int)]
+
+
+class Output(Structure):
+    _fields_ = [("pwrite_at", IO_FN), ("finish", STATUS_FN), ("abort", VOID_FN), ("destroy", VOID_FN),
+                ("name", c_char_p), ("ctx", c_void_p)]
+
+
+class HttpOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("access_key", c_char_p), ("secret_key", c_char_p),
+                ("session_token", c_char_p), ("region", c_char_p), ("endpoint", c_char_p),
+                ("anonymous", c_int), ("ca_bundle", c_char_p), ("insecure", c_int),
+                ("range_bytes", c_size_t), ("max_inflight", c_int), ("total_timeout_s", c_double),
+                ("max_retries", c_int), ("stall_timeout_s", c_double), ("connect_timeout_s", c_double)]
 
 
 class CryptParams(Structure):
@@ -166,6 +189,10 @@ def writer_options(**kw):
     return _init(WriterOptions, **kw)
 
 
+def http_options(**kw):
+    return _init(HttpOptions, **kw)
+
+
 def load_options(**kw):
     kw.setdefault("verify", -1)  # -1: what the reader was opened with
     return _init(LoadOptions, **kw)
@@ -178,6 +205,7 @@ def _candidates():
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
     return [
+        os.path.join(here, "libtzr.so.0"),                      # bundled by `pip install ./python`
         os.path.join(here, "..", "..", "build", "libtzr.so"),   # python/tzr in a built tree
         os.path.join(here, "..", "..", "..", "libtzr.so.0"),    # PREFIX/lib/python3/dist-packages/tzr
         "libtzr.so.0",                                          # the system loader's search path
@@ -207,7 +235,18 @@ _SIGS = {
     "tzr_strerror": (c_char_p, [c_int]),
     "tzr_last_error": (c_char_p, []),
     "tzr_reader_open": (c_int, [_PP, c_char_p, POINTER(ReaderOptions)]),
+    "tzr_reader_open_source": (c_int, [_PP, _P, POINTER(ReaderOptions)]),
     "tzr_reader_free": (None, [_P]),
+    "tzr_reader_format": (c_int, [_P]),
+    "tzr_source_open_fd": (c_int, [_PP, c_int, c_char_p, c_uint32]),
+    "tzr_source_open_memory": (c_int, [_PP, _P, c_size_t, c_char_p]),
+    "tzr_source_open_url": (c_int, [_PP, c_char_p, POINTER(HttpOptions)]),
+    "tzr_source_free": (None, [_P]),
+    "tzr_output_open_fd": (c_int, [_PP, c_int, c_char_p]),
+    "tzr_output_open_s3": (c_int, [_PP, c_char_p, POINTER(HttpOptions), c_size_t]),
+    "tzr_writer_open_output": (c_int, [_PP, _P, POINTER(WriterOptions)]),
+    "tzr_set_error": (c_int, [c_int, c_char_p, c_char_p]),
+    "tzr_key_derive": (c_int, [c_char_p, c_char_p, c_size_t, c_char_p, c_uint64, c_uint64]),
     "tzr_reader_count": (c_size_t, [_P]),
     "tzr_reader_data_version": (c_uint32, [_P]),
     "tzr_reader_encrypted": (c_int, [_P]),

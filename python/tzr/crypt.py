@@ -16,6 +16,8 @@ class EncryptionParams:
         if key is None and _password is None:
             raise ValueError("EncryptionParams needs a key (or use .random() / .from_string())")
         if key is not None:
+            if not isinstance(key, (bytes, bytearray, memoryview)):
+                raise TypeError("an encryption key is bytes, not %s" % type(key).__name__)
             key = bytes(key)
             if len(key) != 32:
                 raise ValueError("an encryption key is 32 bytes, got %d" % len(key))
@@ -29,8 +31,18 @@ class EncryptionParams:
 
     @property
     def key(self):
-        """The raw key; None for password-based params (the library derives
-        the key when it writes, with the salt it stores)."""
+        """The 32-byte key: the raw one, or the one derived from the password
+        and salt (derived here on first use, as the writer derives it: the
+        file stores the salt and limits, and readers derive it again)."""
+        if self._key is None and self._password is not None:
+            import ctypes
+            from ._lib import check, lib
+            if self.salt is None:
+                self.salt = os.urandom(16)  # the one the writer will store
+            buf = ctypes.create_string_buffer(32)
+            check(lib.tzr_key_derive(buf, self._password, len(self._password), self.salt,
+                                     self.opslimit, self.memlimit))
+            self._key = buf.raw
         return self._key
 
     @classmethod
@@ -38,7 +50,14 @@ class EncryptionParams:
         return cls(os.urandom(32))
 
     @classmethod
-    def from_string(cls, source, opslimit=None, memlimit=None, salt=None, encoding="utf-8"):
+    def from_string(cls, source, opslimit=None, memlimit=None, salt=None, *, encoding="utf-8"):
+        if not source:
+            raise ValueError("Source cannot be empty")
+        for name, v in (("opslimit", opslimit), ("memlimit", memlimit)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise TypeError("%s parameter: expected int or None; %s found" % (name, type(v).__name__))
+        if isinstance(salt, str):
+            salt = salt.encode(encoding)
         pw = source.encode(encoding) if isinstance(source, str) else bytes(source)
         return cls(_password=pw, opslimit=opslimit, memlimit=memlimit, salt=salt)
 

@@ -1,24 +1,64 @@
 """TensorSerializer / TensorDeserializer with tensorizer's names and meanings,
 over libtzr. See README ("Python") for what differs from tensorizer."""
 import ctypes
+import dataclasses
 import enum
 import json
 from collections import abc
+from typing import Callable, List, Optional, Tuple, Union
 from ctypes import byref, c_uint64, c_void_p
 
 import numpy as np
 
 from . import _dtypes, _lib
+from . import _io
 from ._core import Reader, crypt_fill
 from ._dtypes import torch
-from ._lib import check, lib
+from ._lib import CryptographyError, HashMismatchError, check, lib  # noqa: F401 (tensorizer's names)
 from .crypt import DecryptionParams, EncryptionParams  # noqa: F401 (re-exported)
+
+
+__all__ = ["TensorSerializer", "TensorDeserializer", "TensorType", "CryptographyError", "EncryptionParams",
+           "DecryptionParams", "FilterFuncType", "HashMismatchError", "HashType", "TensorHash", "TensorEntry"]
+
+FilterFuncType = Callable[[Union[str, Tuple]], bool]
 
 
 class TensorType(enum.IntEnum):
     PARAM = 0
     BUFFER = 1
     STATE_DICT = 2
+
+
+class HashType(enum.IntEnum):
+    CRC32 = 0
+    SHA256 = 1
+
+
+@dataclasses.dataclass(order=True)
+class TensorHash:
+    """A stored hash of one tensor (tensorizer's record of the same name)."""
+    type: HashType
+    hash: bytes
+
+
+@dataclasses.dataclass
+class TensorEntry:
+    """What the index says of one tensor (tensorizer's record of the same
+    name; hashes come from its header, so they are None until it is read)."""
+    name: Union[str, Tuple]
+    type: TensorType
+    dtype: str
+    shape: Tuple[int, ...]
+    offset: int
+    data_offset: int
+    data_length: int
+    hashes: Optional[List[TensorHash]] = None
+    header_hashes: Optional[dict] = None
+
+    @property
+    def deserialized_length(self):
+        return self.data_length if self.data_length > 0 else int(np.prod(self.shape)) * _dtypes.to_numpy(self.dtype.encode()).itemsize
 
 
 # ------------------------------------------------------------------ names
@@ -81,34 +121,20 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.madvise.argtypes = [c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
-def _carve(entries):
-    """Host tensors for entries, carved from one allocation whose huge-page
-    aligned middle is advised MADV_HUGEPAGE: fresh 4 KiB pages cost a fault
-    each, the C library's own arena does the same. The tensors share that
-    storage (freed once all of them are)."""
-    offs, total = [], 0
-    for e in entries:
-        offs.append(total)
-        total += (int(e.nbytes) + 63) // 64 * 64
-    pad = _HUGE if total >= _HUGE else 64
-    if torch is None:
-        big = np.empty(total + pad, dtype=np.uint8)
-        base = big.ctypes.data
-    else:
-        big = torch.empty(total + pad, dtype=torch.uint8)
-        base = big.data_ptr()
-    start = (-base) % pad
-    if pad == _HUGE:
-        lo = base + start
-        _libc.madvise(c_void_p(lo), (total // _HUGE) * _HUGE or _HUGE, _MADV_HUGEPAGE)
+def _host_tensors(entries):
+    """A host tensor of its own for each entry (each its own storage, as
+    tensorizer returns them: one tensor kept alive keeps only its bytes).
+    The whole 2 MiB pages inside large ones are advised MADV_HUGEPAGE first:
+    the load then takes one page fault per 2 MiB, not per 4 KiB."""
     out = {}
-    for e, off in zip(entries, offs):
-        shape = tuple(int(d) for d in e.shape)
-        piece = big[start + off:start + off + int(e.nbytes)]
-        if torch is None:
-            out[e.index] = piece.view(_dtypes.to_numpy(e.dtype_bytes)).reshape(shape)
-        else:
-            out[e.index] = piece.view(_dtypes.to_torch(e.dtype_bytes)).reshape(shape)
+    for e in entries:
+        t = _empty(e, "cpu")
+        n = int(e.nbytes)
+        if n >= 2 * _HUGE:
+            p = _ptr(t)
+            lo = (p + _HUGE - 1) // _HUGE * _HUGE
+            _libc.madvise(c_void_p(lo), (p + n - lo) // _HUGE * _HUGE, _MADV_HUGEPAGE)
+        out[e.index] = t
     return out
 
 
@@ -141,8 +167,13 @@ class _Node(abc.Mapping):
 
 
 class TensorDeserializer(abc.Mapping):
-    """Read a `.tensors` file (path, http(s):// or s3:// as libtzr opens them)
-    into torch tensors (numpy arrays without torch).
+    """Read a `.tensors` (or safetensors) checkpoint into torch tensors
+    (numpy arrays without torch), from a path, an http(s):// or s3:// URI,
+    a descriptor number or any binary file object (see tzr._io for the road
+    each takes). Like tensorizer, each tensor comes back as an
+    nn.Parameter with its own storage (requires_grad for floating and
+    complex dtypes), and the file object is closed once the deserializer is
+    done with it (after an eager load, at load_into_module or close()).
 
     Without lazy_load every selected tensor is allocated first, then one
     library load fills them all (GIL released, no Python per tensor)."""
@@ -150,15 +181,30 @@ class TensorDeserializer(abc.Mapping):
     def __init__(self, file_obj, device=None, filter_func=None, dtype=None, *, lazy_load=False,
                  plaid_mode=None, plaid_mode_buffers=None, num_readers=None, verify_hash=False,
                  encryption=None, progress=None):
-        if not isinstance(file_obj, (str, bytes)) and not hasattr(file_obj, "__fspath__"):
-            raise TypeError("tzr.TensorDeserializer takes a path or URI, not %s" % type(file_obj).__name__)
+        if encryption is not None and not isinstance(encryption, DecryptionParams):
+            raise TypeError("encryption parameter: expected DecryptionParams instance or None, %s found"
+                            % type(encryption).__name__)
+        if num_readers is not None:
+            if not isinstance(num_readers, int) or isinstance(num_readers, bool):
+                raise TypeError("num_readers: expected int or None, got %s" % type(num_readers).__name__)
+            if num_readers < 1:
+                raise ValueError("num_readers must be positive")
         self._device, self._cuda = _resolve_device(device)
         self._dtype = dtype
         self._verify = bool(verify_hash)
         self._progress = progress
-        self._reader = Reader(file_obj, encryption, verify_hash)
+        self._file = None if _io.is_path(file_obj) or isinstance(file_obj, int) else file_obj
+        try:
+            self._reader = Reader(file_obj, encryption, verify_hash)
+        except BaseException:
+            self._close_file()
+            raise
         self._entries = [e for e in self._reader.entries
                          if filter_func is None or filter_func(e.name)]
+        if not self._reader.entries:
+            self._reader.close()
+            self._close_file()
+            raise ValueError("Tensor index in the file is empty")
         self._by_name = {e.name: e for e in self._entries}
         self._loaded = {}
         self._root = {}
@@ -171,15 +217,27 @@ class TensorDeserializer(abc.Mapping):
                     raise _lib.FormatError(_lib.TZR_EFORMAT, "tensor path %r conflicts with another" % (path,))
             node[path[-1]] = e.index
         self.total_tensor_bytes = sum(e.nbytes for e in self._entries)
+        self.total_file_bytes = sum(int(e.nbytes) for e in self._reader.entries)
         self._index = {e.index: e for e in self._entries}
         if not lazy_load:
-            # The reader stays open (an fd and the index) until close():
-            # read_tensors() may still need module indices from headers.
+            # The reader stays open (a descriptor and the index) until
+            # close(): read_tensors() may still need module indices from
+            # headers. The caller's file object is done with, as in tensorizer.
             try:
                 self._load_missing(self._entries)
             except BaseException:
                 self._reader.close()
+                self._close_file()
                 raise
+            self._close_file()
+            # As tensorizer counts it after an eager load: bytes stored in
+            # the file (a meta tensor has none).
+            self.total_tensor_bytes = sum(e.nbytes for e in self._entries if not e.meta)
+
+    def _close_file(self):
+        f, self._file = getattr(self, "_file", None), None
+        if f is not None:
+            f.close()
 
     # -- loading
     def _load_missing(self, entries):
@@ -187,7 +245,7 @@ class TensorDeserializer(abc.Mapping):
         if not todo:
             return
         if self._cuda is None:
-            fresh = _carve(todo)
+            fresh = _host_tensors(todo)
         else:
             fresh = {e.index: _empty(e, self._device) for e in todo}
         dests = {i: (_ptr(t), self._index[i].nbytes) for i, t in fresh.items()}
@@ -196,9 +254,12 @@ class TensorDeserializer(abc.Mapping):
             self._loaded[i] = self._cast(t)
 
     def _cast(self, t):
-        if self._dtype is not None and torch is not None and t.dtype != torch.bool and t.dtype != self._dtype:
-            return t.to(self._device, self._dtype)
-        return t
+        """The dtype cast asked for, then tensorizer's nn.Parameter."""
+        if torch is None:
+            return t
+        if self._dtype is not None and t.dtype != torch.bool and t.dtype != self._dtype:
+            t = t.to(self._device, self._dtype)
+        return torch.nn.Parameter(t, requires_grad=t.is_floating_point() or t.is_complex())
 
     def _get(self, index):
         if index not in self._loaded:
@@ -219,6 +280,10 @@ class TensorDeserializer(abc.Mapping):
         if isinstance(key, tuple) and key in self._by_name:
             return self._get(self._by_name[key].index)
         raise KeyError(key)
+
+    def __contains__(self, key):
+        """Without loading anything (vLLM asks this of lazy deserializers)."""
+        return key in self._root or (isinstance(key, tuple) and key in self._by_name)
 
     def __iter__(self):
         return iter(self._root)
@@ -322,23 +387,45 @@ class TensorDeserializer(abc.Mapping):
             count += 1
             if e.index in direct or e.index in superseded:
                 continue
-            if isinstance(cur, torch.Tensor) and cur.is_meta and e.meta:
-                continue  # stays meta, as written
-            new = self._loaded[e.index]
+            new = self._loaded[e.index]  # meta tensors of the file come back zero-filled, as in tensorizer
             if (isinstance(cur, torch.Tensor) and not cur.is_meta and tuple(cur.shape) == e.shape
-                    and cur.dtype == new.dtype):
+                    and cur.dtype == new.dtype and cur.device == new.device):
                 with torch.no_grad():
                     cur.copy_(new)
             elif e.type == TensorType.PARAM:
-                sub.register_parameter(attr, torch.nn.Parameter(new, requires_grad=new.is_floating_point()
-                                                                or new.is_complex()))
+                sub.register_parameter(attr, new)
             else:
                 sub.register_buffer(attr, new, persistent=attr not in getattr(sub, "_non_persistent_buffers_set", ()))
-        self.close()
+        self._close_file()
         return count
 
+    def verify_module(self, m):
+        """Compare m's parameters and buffers with the file's stored hashes
+        (tensorizer's verify_module): (all passed, [(name, passed), ...]).
+        Names in the file that m lacks, and the other way round for
+        m's state_dict, fail."""
+        if torch is None:
+            raise RuntimeError("verify_module needs torch")
+        mine = dict(m.state_dict())
+        mine.update(m.named_buffers())
+        results = []
+        for e in self._entries:
+            name = ".".join(str(c) for c in e.name) if isinstance(e.name, tuple) else e.name
+            t = mine.get(name)
+            if t is None or tuple(t.shape) != e.shape or _dtypes.from_torch(t.dtype) != e.dtype_bytes:
+                results.append((name, False))
+                continue
+            results.append((name, self._reader.matches(e.index, t.detach().cpu().contiguous())))
+        absent = set(mine) - {n for n, _ in results}
+        results.extend((n, False) for n in sorted(absent) if n not in self._by_name)
+        return all(ok for _, ok in results), results
+
     def close(self):
-        self._reader.close()
+        if getattr(self, "_reader", None) is not None:
+            self._reader.close()
+        self._close_file()
+
+    __del__ = close
 
     def __enter__(self):
         return self
@@ -361,15 +448,37 @@ class TensorSerializer:
     def __init__(self, file_obj, compress_tensors=False, *, encryption=None, limit_cpu_concurrency=None):
         if compress_tensors:
             raise NotImplementedError("compress_tensors: tensorizer writes no compression either")
-        if not isinstance(file_obj, (str, bytes)) and not hasattr(file_obj, "__fspath__"):
-            raise TypeError("tzr.TensorSerializer takes a path or URI, not %s" % type(file_obj).__name__)
+        if encryption is not None and not isinstance(encryption, EncryptionParams):
+            raise TypeError("encryption parameter: expected EncryptionParams instance or None, %s found"
+                            % type(encryption).__name__)
+        if limit_cpu_concurrency is not None:
+            if not isinstance(limit_cpu_concurrency, int) or isinstance(limit_cpu_concurrency, bool):
+                raise TypeError("limit_cpu_concurrency parameter: expected int or None, %s found"
+                                % type(limit_cpu_concurrency).__name__)
+            if limit_cpu_concurrency < 1:
+                raise ValueError("limit_cpu_concurrency parameter: must be positive (or None for unbound), "
+                                 "got %d" % limit_cpu_concurrency)
+        self._h = None
         self._keep = []
         self._borrowed = []  # tensors the writer's threads read until close()
-        opt = _lib.writer_options()
+        self._file = None    # a caller's file object, closed at close() as tensorizer does
+        self._opened = None
+        opt = _lib.writer_options(threads=limit_cpu_concurrency or 0)
         crypt_fill(opt.crypt, encryption, self._keep)
         h = c_void_p()
-        import os
-        check(lib.tzr_writer_open(byref(h), os.fsencode(file_obj), byref(opt)))
+        if _io.is_path(file_obj):
+            import os
+            check(lib.tzr_writer_open(byref(h), os.fsencode(file_obj), byref(opt)))
+        else:
+            if isinstance(file_obj, int) and not isinstance(file_obj, bool):
+                self._opened = _io._fd_output(file_obj, "descriptor %d" % file_obj)
+            else:
+                self._opened = _io.open_output(file_obj)
+                self._file = file_obj
+            rc = lib.tzr_writer_open_output(byref(h), self._opened.handle, byref(opt))  # owns it now
+            if rc:
+                self._opened.done()
+                self._opened.raise_caught(_lib.error(rc))
         self._h = h
         self.total_tensor_bytes = 0
 
@@ -377,6 +486,13 @@ class TensorSerializer:
         if self._h is None:
             raise ValueError("the serializer is closed")
         return self._h
+
+    def _check(self, rc):
+        if rc:
+            err = _lib.error(rc)
+            if self._opened is not None:
+                self._opened.raise_caught(err)
+            raise err
 
     def write_tensor(self, idx, name, tensor_type, tensor):
         h = self._handle()
@@ -405,10 +521,10 @@ class TensorSerializer:
                             module_idx=int(idx), dtype_str=ctypes.cast(db, c_void_p), dtype_len=len(dts),
                             dtype=0, ndim=len(shape), shape=dims, meta=1 if meta else 0)
         if borrow and nbytes:
-            check(lib.tzr_writer_add_borrowed(h, byref(d), ptr))
+            self._check(lib.tzr_writer_add_borrowed(h, byref(d), ptr))
             self._borrowed.append(t)
         else:
-            check(lib.tzr_writer_add(h, byref(d), None if meta or nbytes == 0 else ptr))
+            self._check(lib.tzr_writer_add(h, byref(d), None if meta or nbytes == 0 else ptr))
         if not meta:
             self.total_tensor_bytes += nbytes
 
@@ -426,17 +542,46 @@ class TensorSerializer:
             self.write_tensor(0, path, TensorType.STATE_DICT, t)
 
     def close(self):
-        if getattr(self, "_h", None) is not None:
-            h, self._h = self._h, None
-            rc = lib.tzr_writer_close(h)  # the workers are done with every borrowed tensor
-            self._borrowed = []
-            check(rc)
+        """Finish the checkpoint (it appears atomically at a path or URI;
+        a file object is written in place) and close the file object."""
+        if getattr(self, "_h", None) is None:
+            return
+        h, self._h = self._h, None
+        rc = lib.tzr_writer_close(h)  # the workers are done with every borrowed tensor
+        self._borrowed = []
+        op, self._opened = self._opened, None
+        try:
+            if rc:
+                err = _lib.error(rc)
+                if op is not None:
+                    op.raise_caught(err)
+                raise err
+            if op is not None and op.after is not None:
+                op.after()
+        finally:
+            if op is not None:
+                op.done()
+            self._close_file()
 
     def abort(self):
+        """Discard what was written (nothing appears at a path or URI; a file
+        object is cut back to its length before) and close the file object."""
         if getattr(self, "_h", None) is not None:
             h, self._h = self._h, None
             lib.tzr_writer_abort(h)
             self._borrowed = []
+            if self._opened is not None:
+                self._opened.done()
+                self._opened = None
+            self._close_file()
+
+    def _close_file(self):
+        f, self._file = getattr(self, "_file", None), None
+        if f is not None:
+            try:
+                f.close()
+            except Exception:  # noqa: BLE001 (a closed or broken object: the outcome is already known)
+                pass
 
     def __enter__(self):
         return self

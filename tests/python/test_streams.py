@@ -1,0 +1,705 @@
+"""tzr from Python as tensorizer's callers use it: file objects of every
+kind both ways, tzr.stream_io (local, and s3:// against the Swift that
+tests/python_streams_test.sh starts: TZR_TEST_S3 = "endpoint bucket"),
+tensorizer's results (parameters, storages, keys), utils, torch_compat and
+the `tensorizer` compatibility package. The oracle is tensorizer's own
+golden files (tests/golden-torch): their manifest's hashes and their bytes.
+One `PASS name` / `FAIL name: why` / `SKIP name: why` line per case."""
+import ctypes
+import gc
+import hashlib
+import io
+import json
+import os
+import pickle
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+
+try:
+    import numpy as np
+    import torch
+except ImportError:
+    sys.exit(77)
+
+import tzr
+from tzr import stream_io, torch_compat, utils
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GTORCH = os.path.join(ROOT, "tests", "golden-torch")
+MANIFEST = json.load(open(os.path.join(GTORCH, "manifest.json")))
+TWT = os.path.join(GTORCH, "twt_v1.tensors")
+TWT_BYTES = open(TWT, "rb").read()
+TMP = tempfile.mkdtemp(prefix="tzr-streams-")
+failed = 0
+
+
+def case(fn):
+    global failed
+    try:
+        fn()
+        print("PASS", fn.__name__)
+    except Skip as e:
+        print("SKIP %s: %s" % (fn.__name__, e))
+    except Exception as e:  # one line per case, the trace on stderr
+        failed += 1
+        print("FAIL %s: %s: %s" % (fn.__name__, type(e).__name__, str(e).replace("\n", " ")[:300]))
+        traceback.print_exc(file=sys.stderr)
+    sys.stdout.flush()
+    return fn
+
+
+class Skip(Exception):
+    pass
+
+
+def raw(t):
+    t = t.detach().contiguous()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()) if t.numel() else b""
+
+
+def tmp(name):
+    return os.path.join(TMP, name)
+
+
+def expect_twt(d):
+    """d (a deserializer of twt_v1) holds exactly what the manifest lists."""
+    ents = MANIFEST["twt_v1.tensors"]["tensors"]
+    got = {name: (idx, ty, t) for idx, ty, name, t in d.read_tensors()}
+    assert len(got) == len(ents), (len(got), len(ents))
+    for e in ents:
+        idx, ty, t = got[e["path"]]
+        assert (idx, ty) == (e["module_idx"], e["type"]), e["path"]
+        assert list(t.shape) == e["shape"], (e["path"], t.shape)
+        assert hashlib.sha256(raw(t)).hexdigest() == e["data_sha256"], e["path"]
+
+
+def write_twt(target, **kw):
+    """Rewrite twt_v1's tensors through a serializer on target (tensorizer's
+    bytes are the oracle: the result must equal the golden file)."""
+    src = tzr.TensorDeserializer(TWT, device="cpu")
+    ser = tzr.TensorSerializer(target, **kw)
+    for idx, ty, name, t in src.read_tensors():
+        ser.write_tensor(idx, name, ty, t)
+    ser.close()
+    src.close()
+
+
+class Keep(io.BytesIO):
+    """A BytesIO whose bytes outlive close() (the serializer closes it, as
+    tensorizer's does)."""
+
+    def close(self):
+        self.kept = self.getvalue()
+        super().close()
+
+
+class Seekable:
+    """A file-like object with no descriptor and no readinto: read/write,
+    seek and tell only."""
+
+    def __init__(self, data=b"", fail_at=None, short=False):
+        self.buf = bytearray(data)
+        self.pos = 0
+        self.closed = False
+        self.fail_at = fail_at
+        self.short = short
+
+    def readable(self):
+        return True
+
+    def writable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def seek(self, pos, whence=0):
+        self.pos = pos if whence == 0 else (self.pos + pos if whence == 1 else len(self.buf) + pos)
+        return self.pos
+
+    def tell(self):
+        return self.pos
+
+    def read(self, n=-1):
+        if self.fail_at is not None and self.pos + max(n, 0) > self.fail_at:
+            raise OSError("the medium went away at byte %d" % self.fail_at)
+        n = len(self.buf) - self.pos if n < 0 else n
+        if self.short:
+            n = min(n, 1000)
+        b = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += len(b)
+        return b
+
+    def write(self, b):
+        b = bytes(b)
+        if self.fail_at is not None and self.pos + len(b) > self.fail_at:
+            raise OSError("no space left past byte %d" % self.fail_at)
+        end = self.pos + len(b)
+        if end > len(self.buf):
+            self.buf.extend(b"\0" * (end - len(self.buf)))
+        self.buf[self.pos:end] = b
+        self.pos = end
+        return len(b)
+
+    def truncate(self, n):
+        del self.buf[n:]
+
+    def close(self):
+        self.closed = True
+
+
+def pipe_reader(data):
+    """The read end of a pipe another thread fills with data."""
+    r, w = os.pipe()
+
+    def feed():
+        with os.fdopen(w, "wb") as f:
+            f.write(data)
+    threading.Thread(target=feed, daemon=True).start()
+    return os.fdopen(r, "rb")
+
+
+# ------------------------------------------------------------------ reading
+@case
+def read_file_objects_of_every_kind():
+    kinds = {
+        "open_rb": lambda: open(TWT, "rb"),
+        "open_unbuffered": lambda: open(TWT, "rb", buffering=0),
+        "bytesio": lambda: io.BytesIO(TWT_BYTES),
+        "buffered_bytesio": lambda: io.BufferedReader(io.BytesIO(TWT_BYTES)),
+        "no_descriptor": lambda: Seekable(TWT_BYTES),
+        "short_reads": lambda: Seekable(TWT_BYTES, short=True),
+        "pipe": lambda: pipe_reader(TWT_BYTES),
+    }
+    for kind, make in kinds.items():
+        for lazy in (False, True):
+            f = make()
+            d = tzr.TensorDeserializer(f, device="cpu", lazy_load=lazy)
+            try:
+                expect_twt(d)
+            except AssertionError as e:
+                raise AssertionError("%s lazy=%s: %s" % (kind, lazy, e))
+            d.close()
+            assert f.closed, "%s: tensorizer closes the file object at close()" % kind
+
+
+@case
+def read_descriptor_number_and_stream_closed_early():
+    fd = os.open(TWT, os.O_RDONLY)
+    try:
+        expect_twt(tzr.TensorDeserializer(fd, device="cpu"))
+        os.fstat(fd)  # a number is the caller's: left open
+    finally:
+        os.close(fd)
+    # An eager load is done with the file: it is closed at once, and the
+    # tensors stay readable after the caller's object is gone.
+    f = open(TWT, "rb")
+    d = tzr.TensorDeserializer(f, device="cpu")
+    assert f.closed
+    expect_twt(d)
+
+
+@case
+def read_refuses_text_closed_and_writeonly():
+    cases = [(open(TWT, "r"), "text"), (open(tmp("w.bin"), "wb"), "not readable")]
+    closed = open(TWT, "rb")
+    closed.close()
+    cases.append((closed, "closed"))
+    for f, why in cases:
+        try:
+            tzr.TensorDeserializer(f, device="cpu")
+        except ValueError as e:
+            assert why in str(e), (why, e)
+        else:
+            raise AssertionError("accepted a %s file" % why)
+
+
+@case
+def read_truncated_and_failing_objects():
+    cut = TWT_BYTES[:len(TWT_BYTES) - 100]
+    for obj in (io.BytesIO(cut), Seekable(cut), pipe_reader(cut)):
+        try:
+            tzr.TensorDeserializer(obj, device="cpu")
+        except tzr.TzrError as e:
+            assert "byte" in str(e) or "offset" in str(e), e
+        else:
+            raise AssertionError("a truncated %s loaded" % type(obj).__name__)
+    # An object that raises mid-read: the library's error, caused by it.
+    try:
+        tzr.TensorDeserializer(Seekable(TWT_BYTES, fail_at=len(TWT_BYTES) - 50), device="cpu")
+    except tzr.TzrError as e:
+        assert isinstance(e.__cause__, OSError) and "went away" in str(e), (e, e.__cause__)
+    else:
+        raise AssertionError("a failing object loaded")
+
+
+@case
+def tensorizer_results_parameters_and_own_storages():
+    d = tzr.TensorDeserializer(os.path.join(GTORCH, "tmod_v2.tensors"), device="cpu")
+    for name, t in d.items():
+        assert isinstance(t, torch.nn.Parameter), name
+        assert t.requires_grad == (t.is_floating_point() or t.is_complex()), name
+        nbytes = t.numel() * t.element_size()
+        assert t.storage().nbytes() == nbytes, (name, t.storage().nbytes(), nbytes)
+    small = min(d.values(), key=lambda t: t.numel())
+    buf = io.BytesIO()
+    torch.save(small.detach(), buf)
+    assert len(buf.getvalue()) < 4096, len(buf.getvalue())
+
+
+@case
+def dtype_device_and_kwargs_as_tensorizer():
+    d = tzr.TensorDeserializer(TWT, device=torch.device("cpu"), dtype=torch.float16, num_readers=4,
+                               plaid_mode=True, verify_hash=True)
+    for _, _, name, t in d.read_tensors():
+        assert t.dtype in (torch.float16, torch.bool), (name, t.dtype)
+    for bad, err in (({"num_readers": "bar"}, TypeError), ({"num_readers": 0}, ValueError),
+                     ({"encryption": "key"}, TypeError)):
+        try:
+            tzr.TensorDeserializer(TWT, device="cpu", **bad)
+        except err:
+            pass
+        else:
+            raise AssertionError("accepted %r" % (bad,))
+
+
+@case
+def verify_module_against_file():
+    d = tzr.TensorDeserializer(TWT, device="cpu")
+    m = torch.nn.Module()
+    for _, _, name, t in d.read_tensors():
+        mod = m
+        *path, attr = name.split(".")
+        for p in path:
+            if not hasattr(mod, p):
+                mod.add_module(p, torch.nn.Module())
+            mod = getattr(mod, p)
+        mod.register_buffer(attr, t.detach().clone())
+    ok, results = d.verify_module(m)
+    assert ok and len(results) == len(MANIFEST["twt_v1.tensors"]["tensors"]), results
+    first = results[0][0]
+    with torch.no_grad():
+        m.get_buffer(first).view(-1)[0] += 1
+    ok, results = d.verify_module(m)
+    assert not ok and dict(results)[first] is False and sum(not r for _, r in results) == 1, results
+
+
+# ------------------------------------------------------------------ writing
+@case
+def write_file_objects_of_every_kind():
+    for mode in ("wb", "wb+", "r+b"):
+        p = tmp("w_%s.tensors" % mode.replace("+", "p"))
+        open(p, "wb").close()
+        f = open(p, mode)
+        write_twt(f)
+        assert f.closed and open(p, "rb").read() == TWT_BYTES, mode
+    f = tempfile.NamedTemporaryFile(dir=TMP, delete=False)
+    write_twt(f)
+    assert open(f.name, "rb").read() == TWT_BYTES
+    k = Keep()
+    write_twt(k)
+    assert k.kept == TWT_BYTES
+    s = Seekable()
+    write_twt(s)
+    assert bytes(s.buf) == TWT_BYTES
+    r, w = os.pipe()
+    got = []
+    t = threading.Thread(target=lambda: got.append(os.fdopen(r, "rb").read()))
+    t.start()
+    write_twt(os.fdopen(w, "wb"))
+    t.join(60)
+    assert got and got[0] == TWT_BYTES, len(got[0]) if got else None
+    fd = os.open(tmp("w_fd.tensors"), os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    write_twt(fd)
+    os.close(fd)
+    assert open(tmp("w_fd.tensors"), "rb").read() == TWT_BYTES
+
+
+@case
+def write_refuses_text_readonly_append_and_offsets():
+    p = tmp("refuse.tensors")
+    open(p, "wb").close()
+    for f, why in ((open(p, "w"), "text"), (open(p, "rb"), "not writable"), (open(p, "ab"), "append")):
+        try:
+            tzr.TensorSerializer(f)
+        except ValueError as e:
+            assert why in str(e), (why, e)
+        else:
+            raise AssertionError("accepted a %s file" % why)
+    f = open(p, "wb+")
+    f.write(b"x" * 10)
+    try:
+        tzr.TensorSerializer(f)
+    except ValueError as e:
+        assert "byte 10" in str(e), e
+    else:
+        raise AssertionError("wrote from the middle of a file")
+
+
+def _write_failing(target):
+    src = tzr.TensorDeserializer(TWT, device="cpu")
+    try:
+        write_twt(target)
+    except tzr.TzrError as e:
+        return e
+    finally:
+        src.close()
+    raise AssertionError("a failing write succeeded")
+
+
+@case
+def write_failures_leave_nothing_that_reads():
+    # A file object that runs out of room midway: an error caused by its own,
+    # and the object cut back to what it held (empty).
+    s = Seekable(fail_at=len(TWT_BYTES) // 2)
+    e = _write_failing(s)
+    assert isinstance(e.__cause__, OSError) and "no space" in str(e), (e, e.__cause__)
+    assert len(s.buf) == 0, len(s.buf)
+    # A real file whose disk fills (RLIMIT_FSIZE in a child): EFBIG on the
+    # descriptor, the file truncated back to empty.
+    p = tmp("full.tensors")
+    code = ("import resource, signal, sys, tzr\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (%d, %d))\n"
+            "src = tzr.TensorDeserializer(%r, device='cpu')\n"
+            "f = open(%r, 'wb+')\n"
+            "ser = tzr.TensorSerializer(f)\n"
+            "try:\n"
+            "    for idx, ty, name, t in src.read_tensors(): ser.write_tensor(idx, name, ty, t)\n"
+            "    ser.close()\n"
+            "except tzr.TzrError as e:\n"
+            "    print(type(e).__name__, e); sys.exit(3)\n") % (len(TWT_BYTES) // 2, len(TWT_BYTES) // 2, TWT, p)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr[-500:])
+    assert "TzrIOError" in r.stdout and "write" in r.stdout, r.stdout
+    assert os.path.getsize(p) == 0, os.path.getsize(p)
+
+
+@case
+def encryption_key_from_string():
+    e = tzr.EncryptionParams.from_string("correct horse", opslimit=1, memlimit=8192)
+    key = e.key
+    assert isinstance(key, bytes) and len(key) == 32 and e.key == key
+    p = tmp("pw.tensors")
+    write_twt(p, encryption=e)
+    # The derived key opens the file, as the password does; another does not.
+    expect_twt(tzr.TensorDeserializer(p, device="cpu", encryption=tzr.DecryptionParams.from_key(key)))
+    expect_twt(tzr.TensorDeserializer(p, device="cpu", encryption=tzr.DecryptionParams.from_string("correct horse")))
+    try:
+        tzr.TensorDeserializer(p, device="cpu", encryption=tzr.DecryptionParams.from_key(bytes(32)))
+    except tzr.CryptographyError:
+        pass
+    else:
+        raise AssertionError("a wrong key decrypted")
+    for bad in ("", b""):
+        try:
+            tzr.EncryptionParams.from_string(bad)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("an empty password was taken")
+
+
+# ------------------------------------------------------------------ stream_io
+@case
+def open_stream_local_paths():
+    p = tmp("a/b/c/model.tensors")
+    with stream_io.open_stream(p, "wb+") as f:  # parent folders made, as tensorizer does
+        write_twt(f)
+    with stream_io.open_stream(p, "rb") as f:
+        expect_twt(tzr.TensorDeserializer(f, device="cpu"))
+    import pathlib
+    with stream_io.open_stream(pathlib.Path(tmp("x/key.bin")), "wb+") as f:
+        f.write(b"k" * 32)
+    assert open(tmp("x/key.bin"), "rb").read() == b"k" * 32
+    for mode in ("foo", "r", "w"):
+        try:
+            stream_io.open_stream(tmp("m.bin"), mode)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("mode %r accepted" % mode)
+    for uri, mode in (("http://127.0.0.1:1/x", "wb"), ("s3://b/k", "ab")):
+        try:
+            stream_io.open_stream(uri, mode)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("%s %s accepted" % (uri, mode))
+
+
+@case
+def s3_settings_follow_tensorizer_rules():
+    cfg = tmp("s3cfg")
+    with open(cfg, "w") as f:
+        f.write("[default]\naccess_key = AK\nsecret_key = SK\nhost_base = 127.0.0.1:9\nuse_https = False\n")
+    s = stream_io.s3_settings(False, config_path=cfg)
+    assert s == {"endpoint": "http://127.0.0.1:9", "access_key": "AK", "secret_key": "SK"}, s
+    s = stream_io.s3_settings(True, "A", "B", config_path=cfg)
+    assert s["endpoint"] == "https://object.ord1.coreweave.com" and s["access_key"] == "A", s
+    s = stream_io.s3_settings(False, "", "", "https://e.example")
+    assert s == {"endpoint": "https://e.example", "anonymous": 1}, s
+    try:
+        stream_io.s3_settings(False, None, None, "http://plain.example", config_path=tmp("absent"))
+    except FileNotFoundError:
+        pass
+    else:
+        raise AssertionError("a missing explicit config was ignored")
+    try:
+        stream_io.s3_settings(False, "a", "b", "http://plain.example")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a plain-http endpoint was taken without force_http")
+    assert stream_io.s3_settings(False, "a", "b", "http://plain.example", force_http=True)["endpoint"] == \
+        "http://plain.example"
+
+
+def s3():
+    v = os.environ.get("TZR_TEST_S3")
+    if not v:
+        raise Skip("no S3 server (tests/python_streams_test.sh starts Swift)")
+    endpoint, bucket = v.split()
+    return endpoint, bucket
+
+
+# Swift listens on plain http: tensorizer's rule wants force_http for that.
+CREDS = {"s3_access_key_id": "test:tester", "s3_secret_access_key": "testing", "force_http": True}
+
+
+@case
+def s3_streams_both_ways():
+    endpoint, bucket = s3()
+    uri = "s3://%s/streams/twt.tensors" % bucket
+    with stream_io.open_stream(uri, "wb+", s3_endpoint=endpoint, **CREDS) as f:
+        assert isinstance(f, stream_io.TzrStream)
+        write_twt(f)
+        f.close()  # twice, as vLLM does
+    with stream_io.open_stream(uri, "rb", s3_endpoint=endpoint, **CREDS) as f:
+        assert f.read(5) == b"|TZR|" and f.tell() == 5
+        f.seek(0)
+        assert f.read() == TWT_BYTES
+    with stream_io.open_stream(uri, "rb", s3_endpoint=endpoint, **CREDS) as f:
+        d = tzr.TensorDeserializer(f, device="cpu")
+        expect_twt(d)
+        assert f.closed
+    # Small objects as vLLM writes its key and config files.
+    key = "s3://%s/streams/dir/key.bin" % bucket
+    with stream_io.open_stream(key, "wb+", s3_endpoint=endpoint, **CREDS) as f:
+        f.write(b"0123456789" * 4)
+    with stream_io.open_stream(key, "rb", s3_endpoint=endpoint, **CREDS) as f:
+        assert f.read() == b"0123456789" * 4
+    # An exception inside the with block: nothing appears.
+    gone = "s3://%s/streams/never.bin" % bucket
+    try:
+        with stream_io.open_stream(gone, "wb", s3_endpoint=endpoint, **CREDS) as f:
+            f.write(b"partial")
+            raise KeyError("stop")
+    except KeyError:
+        pass
+    try:
+        stream_io.open_stream(gone, "rb", s3_endpoint=endpoint, **CREDS)
+    except tzr.TzrFileNotFoundError:
+        pass
+    else:
+        raise AssertionError("an aborted upload appeared")
+
+
+@case
+def s3_settings_are_per_call():
+    # Two streams with two credential sets in one process, no environment:
+    # the wrong secret fails, the right one works, before and after.
+    endpoint, bucket = s3()
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        assert k not in os.environ, k
+    uri = "s3://%s/streams/twt.tensors" % bucket
+    good = stream_io.open_stream(uri, "rb", s3_endpoint=endpoint, **CREDS)
+    try:
+        stream_io.open_stream(uri, "rb", s3_endpoint=endpoint, s3_access_key_id="test:tester",
+                              s3_secret_access_key="wrong", force_http=True)
+    except tzr.TzrIOError as e:
+        assert "403" in str(e) or "Signature" in str(e), e
+    else:
+        raise AssertionError("a wrong secret was accepted")
+    expect_twt(tzr.TensorDeserializer(good, device="cpu"))
+    cfg = tmp("s3cfg_swift")
+    host = endpoint.split("://", 1)[1]
+    with open(cfg, "w") as f:
+        f.write("[default]\naccess_key = test:tester\nsecret_key = testing\nhost_base = %s\nuse_https = False\n"
+                % host)
+    with stream_io.open_stream(uri, "rb", s3_config_path=cfg) as f:
+        expect_twt(tzr.TensorDeserializer(f, device="cpu", lazy_load=True))
+
+
+# ------------------------------------------------------------------ utils
+@case
+def utils_as_tensorizer_prints_them():
+    cb = utils.convert_bytes
+    want = {0: "0.0 bytes", 999: "999.0 bytes", 1000: "1.0 KB", 1500: "1.5 KB", 2.976e9: "3.0 GB",
+            1e18: "1000.0 PB"}
+    for n, s in want.items():
+        assert cb(n) == s, (n, cb(n), s)
+    assert cb(1536, decimal=False) == "1.5 KiB", cb(1536, decimal=False)
+    m = utils.get_mem_usage()
+    assert re.fullmatch(r"CPU: \(maxrss: [\d,]+MiB F: [\d,]+MiB\)", m), m
+
+
+@case
+def no_init_or_tensor_builds_on_meta():
+    real_empty = torch.empty
+    with utils.no_init_or_tensor():
+        lin = torch.nn.Linear(300, 200)
+        emb = torch.nn.Embedding(10, 4)
+    assert lin.weight.is_meta and emb.weight.is_meta
+    assert torch.empty is real_empty and not torch.nn.Linear(2, 2).weight.is_meta
+    m = utils.no_init_or_tensor(lambda: torch.nn.LayerNorm(8))
+    assert m.weight.is_meta
+    try:
+        utils.no_init_or_tensor(3)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("a non-callable was taken")
+
+
+# ------------------------------------------------------------------ torch_compat
+@case
+def torch_compat_round_trip():
+    x = torch.arange(20, dtype=torch.float32)
+    m = torch.nn.Sequential(torch.nn.Linear(6, 3), torch.nn.BatchNorm1d(3))
+    obj = {"model": m, "view": x[4:9], "whole": x, "ints": torch.tensor([7, -8], dtype=torch.int64),
+           "empty": torch.zeros(0), "nested": [x[::2], {"half": torch.ones(3, dtype=torch.float16)}]}
+    p = tmp("obj.pt")
+    with torch_compat.tensorizer_saving():
+        torch.save(obj, p)
+    assert torch.save is torch_compat._orig_save, "torch.save left patched"
+    # The tensor bytes live in the sidecar, tensorizer's own format.
+    assert os.path.getsize(p) < 8192 and os.path.exists(p + ".tensors"), os.path.getsize(p)
+    side = tzr.TensorDeserializer(p + ".tensors", device="cpu")
+    assert any(raw(t) == raw(x) for t in side.values())
+    side.close()
+    # Without the context the pickle cannot be read alone.
+    try:
+        torch.load(p)
+    except Exception:  # noqa: BLE001 (torch says so in its own words)
+        pass
+    else:
+        raise AssertionError("plain torch.load read a sidecar pickle")
+    with torch_compat.tensorizer_loading(device="cpu"):
+        o = torch.load(p)
+    assert torch.load is torch_compat._orig_load
+    assert torch.equal(o["view"], x[4:9]) and torch.equal(o["whole"], x) and torch.equal(o["nested"][0], x[::2])
+    assert o["view"].data_ptr() == o["whole"].data_ptr() + 16, "views share their storage again"
+    assert o["ints"].tolist() == [7, -8] and o["nested"][1]["half"].dtype == torch.float16
+    assert torch.equal(o["model"][0].weight, m[0].weight) and torch.equal(o["model"][1].running_var, m[1].running_var)
+    # A callable names the sidecar; a BytesIO without one is plain torch.
+    where = tmp("elsewhere.tensors")
+    with torch_compat.tensorizer_saving(lambda f: where):
+        torch.save({"x": x}, tmp("named.pt"))
+    assert os.path.exists(where) and not os.path.exists(tmp("named.pt.tensors"))
+    with torch_compat.tensorizer_loading(lambda f: where, device="cpu"):
+        assert torch.equal(torch.load(tmp("named.pt"))["x"], x)
+    buf = io.BytesIO()
+    with torch_compat.tensorizer_saving():
+        torch.save({"x": x}, buf)
+    buf.seek(0)
+    assert torch.equal(torch.load(buf)["x"], x)
+
+
+@case
+def torch_compat_only_this_thread():
+    # Another thread's torch.save during a saving context is plain torch.
+    x = torch.ones(4)
+    done = threading.Event()
+    go = threading.Event()
+    other = tmp("other.pt")
+
+    def elsewhere():
+        go.wait(30)
+        torch.save({"x": x}, other)
+        done.set()
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    with torch_compat.tensorizer_saving():
+        go.set()
+        done.wait(30)
+        torch.save({"x": x}, tmp("mine.pt"))
+    t.join(30)
+    assert not os.path.exists(other + ".tensors") and os.path.exists(tmp("mine.pt.tensors"))
+    assert torch.equal(torch.load(other)["x"], x)
+
+
+# ------------------------------------------------------------------ the compatibility package
+@case
+def compat_package_runs_tensorizer_code():
+    # vLLM's loader, in its own calls: save with open_stream + write_module
+    # (a meta marker parameter included), check with a lazy `in`, load into
+    # a model built on meta with no_init_or_tensor, with a dtype cast.
+    code = r'''
+import os, sys, time, torch
+import tzr.compat; tzr.compat.enable()
+from tensorizer import DecryptionParams, EncryptionParams, TensorDeserializer, TensorSerializer
+from tensorizer.stream_io import open_stream
+from tensorizer.utils import convert_bytes, get_mem_usage, no_init_or_tensor
+import tensorizer, tensorizer.serialization
+assert tensorizer.__tzr__ and tensorizer.serialization.TensorSerializer is TensorSerializer
+torch.manual_seed(0)
+def build():
+    return torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 16), torch.nn.LayerNorm(16))
+m = build()
+m.register_parameter("vllm_tensorized_marker", torch.nn.Parameter(torch.tensor((1,), device="meta"), requires_grad=False))
+uri = os.path.join(sys.argv[1], "vllm", "model-rank-%03d.tensors") % 0
+key = EncryptionParams.random()
+with open_stream(os.path.join(sys.argv[1], "vllm", "key.bin"), mode="wb+") as s:
+    s.write(key.key)
+with open_stream(uri, mode="wb+") as stream:
+    ser = TensorSerializer(stream, encryption=key, limit_cpu_concurrency=2)
+    ser.write_module(m)
+    ser.close()
+with open_stream(os.path.join(sys.argv[1], "vllm", "key.bin"), "rb") as s:
+    dec = DecryptionParams.from_key(s.read())
+lazy = TensorDeserializer(open_stream(uri), encryption=dec, lazy_load=True)
+assert ".vllm_tensorized_marker" in lazy and "nope" not in lazy
+with no_init_or_tensor():
+    model = build()
+model.register_parameter("vllm_tensorized_marker", torch.nn.Parameter(torch.tensor((1,), device="meta"), requires_grad=False))
+assert model[1].weight.is_meta
+before = get_mem_usage()
+with open_stream(uri, mode="rb") as stream, TensorDeserializer(stream, dtype=torch.float16, device="cpu",
+                                                               encryption=dec, num_readers=None, verify_hash=True) as d:
+    d.load_into_module(model)
+total = d.total_tensor_bytes
+d.close()
+assert total == sum(t.numel() * t.element_size() for n, t in m.state_dict().items() if not t.is_meta), total
+assert not any(t.is_meta for t in model.state_dict().values())
+assert model[1].weight.dtype == torch.float16 and torch.equal(model[1].weight, m[1].weight.half())
+assert isinstance(model[1].weight, torch.nn.Parameter) and model[1].weight.requires_grad
+del model.vllm_tensorized_marker
+print(convert_bytes(total), convert_bytes(total / 0.5))
+'''
+    r = subprocess.run([sys.executable, "-c", code, TMP], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path[:1] + [os.environ.get("PYTHONPATH", "")])))
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert re.fullmatch(r"[\d.]+ KB [\d.]+ KB\n", r.stdout), r.stdout
+
+
+@case
+def compat_package_is_opt_in():
+    r = subprocess.run([sys.executable, "-c", "import tzr, tensorizer"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH", "")))
+    assert r.returncode != 0 and "No module named 'tensorizer'" in r.stderr, (r.returncode, r.stderr[-300:])
+    import tzr.compat
+    r = subprocess.run([sys.executable, "-c", "import tensorizer, sys; print(tensorizer.__tzr__)"],
+                       capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=tzr.compat.PATH + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert r.stdout.strip() == "True", r.stderr[-300:]
+
+
+shutil.rmtree(TMP, ignore_errors=True)
+sys.exit(1 if failed else 0)
