@@ -162,7 +162,8 @@ def load_table(reader_handle, count, dests, device=None, verify=None, progress=N
     if device is None:
         check(lib.tzr_sink_host_table_new(byref(sink), ptrs, lens, count))
     else:
-        check(lib.tzr_sink_cuda_table_new(byref(sink), int(device), ptrs, lens, count))
+        check(lib.tzr_sink_cuda_table_new(byref(sink), _lib.int_arg("device", device, 0, _lib.INT_MAX), ptrs,
+                                           lens, count))
     opt = _lib.load_options(filter=_lib.FILTER_MASK, filter_ctx=ctypes.cast(mask, c_void_p))
     if verify is not None:
         opt.verify = 1 if verify else 0
@@ -203,5 +204,4 @@ def _bar(done, total):
 
 
 def _path_bytes(p):
-    import os
-    return os.fsencode(p)
+    return _lib.path_arg(p)

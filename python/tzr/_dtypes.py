@@ -73,3 +73,10 @@ def from_numpy(dt):
     if s not in _NUMPY:
         raise TypeError("numpy dtype %s cannot be serialized" % dt)
     return s.encode()
+
+
+def c_order(a):
+    """a as a C-contiguous numpy array of its own shape (np.ascontiguousarray
+    would make a 0-d array 1-d)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else a.copy(order="C")

@@ -246,10 +246,12 @@ _SIGS = {
     "tzr_output_open_s3": (c_int, [_PP, c_char_p, POINTER(HttpOptions), c_size_t]),
     "tzr_writer_open_output": (c_int, [_PP, _P, POINTER(WriterOptions)]),
     "tzr_set_error": (c_int, [c_int, c_char_p, c_char_p]),
+    "tzr_output_remove_temporaries": (c_int, []),
     "tzr_key_derive": (c_int, [c_char_p, c_char_p, c_size_t, c_char_p, c_uint64, c_uint64]),
     "tzr_reader_count": (c_size_t, [_P]),
     "tzr_reader_data_version": (c_uint32, [_P]),
     "tzr_reader_encrypted": (c_int, [_P]),
+    "tzr_reader_compressed": (c_int, [_P]),
     "tzr_reader_tensor": (POINTER(TensorInfo), [_P, c_size_t]),
     "tzr_reader_source": (c_void_p, [_P]),
     "tzr_reader_read": (c_int, [_P, c_size_t, _P, c_size_t]),
@@ -286,6 +288,31 @@ for _name, (_res, _args) in _SIGS.items():
 
 # The mask filter is passed to tzr_load as a plain C function pointer.
 FILTER_MASK = ctypes.cast(lib.tzr_filter_mask, c_void_p).value
+
+
+def path_arg(p):
+    """A path or URL as the C string the library takes: a NUL inside would
+    silently cut it, so it is refused."""
+    b = os.fsencode(p)
+    if b"\0" in b:
+        raise ValueError("path %r holds a NUL byte" % (p,))
+    return b
+
+
+def int_arg(name, v, lo, hi):
+    """An integer argument checked against the C type it becomes (ctypes
+    would wrap 2**32 + 1 to 1 silently)."""
+    import operator
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise TypeError("%s must be an integer, not %s" % (name, type(v).__name__)) from None
+    if not lo <= i <= hi:
+        raise ValueError("%s %d is out of range [%d, %d]" % (name, i, lo, hi))
+    return i
+
+
+INT_MAX = 2**31 - 1
 
 
 def error(code, context=None):

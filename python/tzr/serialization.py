@@ -1,5 +1,6 @@
 """TensorSerializer / TensorDeserializer with tensorizer's names and meanings,
 over libtzr. See README ("Python") for what differs from tensorizer."""
+import collections
 import ctypes
 import dataclasses
 import enum
@@ -28,6 +29,29 @@ class TensorType(enum.IntEnum):
     PARAM = 0
     BUFFER = 1
     STATE_DICT = 2
+
+
+# Data versions (the format's, formats/tensorizer.md): the lowest that holds
+# what a file needs is written.
+NON_OPAQUE_TENSORIZER_VERSION = 1
+OPAQUE_TENSORIZER_VERSION = 2
+ENCRYPTION_TENSORIZER_VERSION = 3
+META_TENSOR_TENSORIZER_VERSION = 4
+TENSORIZER_VERSION = 4
+TENSORIZER_MAGIC = b"|TZR|"
+
+_FileHeader = collections.namedtuple("_FileHeader", "version_number feature_flags tensor_size tensor_count")
+
+
+class _FileFeatureFlags(enum.IntFlag):
+    """The file header's feature flags (data version 4 on)."""
+    encrypted = 1
+    compressed = 2  # libtzr's zstd extension
+
+
+def _resolve_cuda_device():
+    """The current CUDA device, with its index (what device="cuda" means)."""
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 class HashType(enum.IntEnum):
@@ -239,6 +263,19 @@ class TensorDeserializer(abc.Mapping):
         if f is not None:
             f.close()
 
+    @property
+    def _file_header(self):
+        """The prologue as tensorizer's records it (tensor_size: the file's size)."""
+        h = self._reader.handle
+        size = ctypes.cast(lib.tzr_reader_source(h), ctypes.POINTER(_lib.Source)).contents.size
+        return _FileHeader(self._reader.data_version, self._file_flags, size, len(self._reader.entries))
+
+    @property
+    def _file_flags(self):
+        h = self._reader.handle
+        return _FileFeatureFlags((_FileFeatureFlags.encrypted if lib.tzr_reader_encrypted(h) else 0) |
+                                 (_FileFeatureFlags.compressed if lib.tzr_reader_compressed(h) else 0))
+
     # -- loading
     def _load_missing(self, entries):
         todo = [e for e in entries if e.index not in self._loaded]
@@ -435,6 +472,30 @@ class TensorDeserializer(abc.Mapping):
 
 
 # ------------------------------------------------------------------ writing
+def _remove_temporaries_on_termination():
+    """SIGTERM and SIGHUP, where nobody else handles them, first remove the
+    temporary files of the writers still open (their targets stay as they
+    were), then end the process as they would have. Python runs the handler
+    in the main thread between bytecodes (a close in progress finishes
+    first). Other handlers are left alone; SIGINT is KeyboardInterrupt,
+    which a `with` block's abort already cleans up."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _terminated)
+
+
+def _terminated(sig, frame):
+    import os
+    import signal
+    lib.tzr_output_remove_temporaries()
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+
+
 class TensorSerializer:
     """Write a `.tensors` file byte for byte as tensorizer 2.11 does (local
     path or s3://; atomic: nothing appears at the target before close()).
@@ -467,8 +528,8 @@ class TensorSerializer:
         crypt_fill(opt.crypt, encryption, self._keep)
         h = c_void_p()
         if _io.is_path(file_obj):
-            import os
-            check(lib.tzr_writer_open(byref(h), os.fsencode(file_obj), byref(opt)))
+            _remove_temporaries_on_termination()
+            check(lib.tzr_writer_open(byref(h), _lib.path_arg(file_obj), byref(opt)))
         else:
             if isinstance(file_obj, int) and not isinstance(file_obj, bool):
                 self._opened = _io._fd_output(file_obj, "descriptor %d" % file_obj)
@@ -511,14 +572,15 @@ class TensorSerializer:
             shape = tuple(t.shape)
         else:
             borrow = isinstance(tensor, np.ndarray) and tensor.flags.c_contiguous
-            t = np.ascontiguousarray(tensor)
+            t = _dtypes.c_order(tensor)
             dts = _dtypes.from_numpy(t.dtype)
             ptr, nbytes, shape = t.ctypes.data, t.nbytes, t.shape
         dims = (c_uint64 * max(1, len(shape)))(*shape)
         nb = ctypes.create_string_buffer(raw, len(raw))
         db = ctypes.create_string_buffer(dts, len(dts))
-        d = _lib.TensorDesc(name=ctypes.cast(nb, c_void_p), name_len=len(raw), type=int(tensor_type),
-                            module_idx=int(idx), dtype_str=ctypes.cast(db, c_void_p), dtype_len=len(dts),
+        d = _lib.TensorDesc(name=ctypes.cast(nb, c_void_p), name_len=len(raw),
+                            type=_lib.int_arg("tensor_type", tensor_type, 0, 2),
+                            module_idx=_lib.int_arg("module_idx", idx, 0, 65535), dtype_str=ctypes.cast(db, c_void_p), dtype_len=len(dts),
                             dtype=0, ndim=len(shape), shape=dims, meta=1 if meta else 0)
         if borrow and nbytes:
             self._check(lib.tzr_writer_add_borrowed(h, byref(d), ptr))

@@ -31,9 +31,12 @@ class ShardWriter:
     """Shard `rank` of `nranks` under `prefix` (files prefix-rank-0000r-of-0000n.tensors)."""
 
     def __init__(self, prefix, rank, nranks):
+        self._h = None
         h = c_void_p()
         opt = _lib.ShardWriterOptions(struct_size=ctypes.sizeof(_lib.ShardWriterOptions))
-        check(lib.tzr_shard_writer_open(byref(h), os.fsencode(prefix), int(rank), int(nranks), byref(opt)))
+        nranks = _lib.int_arg("nranks", nranks, 1, _lib.INT_MAX)
+        rank = _lib.int_arg("rank", rank, 0, nranks - 1)
+        check(lib.tzr_shard_writer_open(byref(h), _lib.path_arg(prefix), rank, nranks, byref(opt)))
         self._h = h
 
     def add(self, name, tensor, global_shape=None, dim=None, offset=0):
@@ -46,7 +49,7 @@ class ShardWriter:
             t = tensor.detach().cpu().resolve_conj().resolve_neg().contiguous()
             dts, ptr, local = _dtypes.from_torch(t.dtype), t.data_ptr(), tuple(t.shape)
         else:
-            t = np.ascontiguousarray(tensor)
+            t = _dtypes.c_order(tensor)
             dts, ptr, local = _dtypes.from_numpy(t.dtype), t.ctypes.data, t.shape
         shape = tuple(global_shape) if global_shape is not None else local
         raw = encode_name(name)
@@ -55,8 +58,8 @@ class ShardWriter:
         dims = (c_uint64 * max(1, len(shape)))(*shape)
         d = _lib.ShardTensorDesc(name=ctypes.cast(nb, c_void_p), name_len=len(raw),
                                  dtype_str=ctypes.cast(db, c_void_p), dtype_len=len(dts), dtype=0,
-                                 ndim=len(shape), shape=dims, dim=REPLICATED if dim is None else int(dim),
-                                 offset=int(offset), length=int(local[dim]) if dim is not None else 0)
+                                 ndim=len(shape), shape=dims, dim=REPLICATED if dim is None else _lib.int_arg("dim", dim, 0, 63),
+                                 offset=_lib.int_arg("offset", offset, 0, 2**64 - 1), length=int(local[dim]) if dim is not None else 0)
         check(lib.tzr_shard_writer_add(self._h, byref(d), ptr or None))
 
     def close(self):
@@ -81,7 +84,7 @@ class ShardWriter:
 
 def build_manifest(prefix, nshards):
     """Merge the shards' sidecars into prefix.tzr-index.json (checks the tiling)."""
-    check(lib.tzr_shard_manifest_build(os.fsencode(prefix), int(nshards)))
+    check(lib.tzr_shard_manifest_build(_lib.path_arg(prefix), _lib.int_arg("nshards", nshards, 1, _lib.INT_MAX)))
     return os.fspath(prefix) + ".tzr-index.json"
 
 
@@ -93,7 +96,9 @@ def load_rank(manifest, rank, nranks, device="cpu", rules=None, verify=True, pro
     dev, cuda = _resolve_device(device)
     opt = _lib.ShardOpenOptions(struct_size=ctypes.sizeof(_lib.ShardOpenOptions), verify=1 if verify else 0)
     s = c_void_p()
-    check(lib.tzr_shard_open(byref(s), os.fsencode(manifest), byref(opt)))
+    nranks = _lib.int_arg("nranks", nranks, 1, _lib.INT_MAX)
+    rank = _lib.int_arg("rank", rank, 0, nranks - 1)
+    check(lib.tzr_shard_open(byref(s), _lib.path_arg(manifest), byref(opt)))
     rules_b = rules.encode() if rules else None
     try:
         n = lib.tzr_shard_count(s)
@@ -123,7 +128,7 @@ def load_rank(manifest, rank, nranks, device="cpu", rules=None, verify=True, pro
         if cuda is None:
             check(lib.tzr_sink_host_table_new(byref(sink), ptrs, lens, n))
         else:
-            check(lib.tzr_sink_cuda_table_new(byref(sink), int(cuda), ptrs, lens, n))
+            check(lib.tzr_sink_cuda_table_new(byref(sink), _lib.int_arg("device", cuda, 0, _lib.INT_MAX), ptrs, lens, n))
         lo = _lib.load_options()
         cb = progress_callback(progress)
         if cb is not None:

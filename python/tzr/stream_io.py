@@ -161,10 +161,10 @@ class TzrStream(io.RawIOBase):
         opt = http_options(settings, self._keep)
         h = ctypes.c_void_p()
         if self.writable():
-            check(lib.tzr_output_open_s3(ctypes.byref(h), url.encode(), ctypes.byref(opt), 0))
+            check(lib.tzr_output_open_s3(ctypes.byref(h), _lib.path_arg(url), ctypes.byref(opt), 0))
             self._out = ctypes.cast(h, ctypes.POINTER(_lib.Output)).contents
         else:
-            check(lib.tzr_source_open_url(ctypes.byref(h), url.encode(), ctypes.byref(opt)))
+            check(lib.tzr_source_open_url(ctypes.byref(h), _lib.path_arg(url), ctypes.byref(opt)))
             self._src = ctypes.cast(h, ctypes.POINTER(_lib.Source)).contents
         self._handle = h
 
@@ -282,7 +282,7 @@ class TzrStream(io.RawIOBase):
         keep = []
         opt = http_options(self._settings, keep)
         h = ctypes.c_void_p()
-        check(lib.tzr_source_open_url(ctypes.byref(h), self._url.encode(), ctypes.byref(opt)))
+        check(lib.tzr_source_open_url(ctypes.byref(h), _lib.path_arg(self._url), ctypes.byref(opt)))
         return Opened(h, self._url, keep)
 
     def _take_output(self):

@@ -23,12 +23,14 @@ reader; other keyword arguments go to TensorSerializer / TensorDeserializer.
 """
 import contextlib
 import contextvars
+import inspect
 import io
 import logging
 import os
 import pickle
 import threading
 import types
+import typing
 
 import torch
 import torch.serialization
@@ -212,6 +214,10 @@ def _own_pickle(pickle_module):
 
 _orig_save = torch.save
 _orig_load = torch.load
+_FileLike = typing.Union[str, os.PathLike, typing.IO[bytes]]  # what torch.save/load take as f
+# torch.load's own default for pickle_module (None from torch 1.13 on):
+# the wrapper keeps torch's signature.
+_LOAD_WRAPPER_DEFAULT_MODULE = inspect.signature(_orig_load).parameters["pickle_module"].default
 
 
 def _save(obj, f, pickle_module=pickle, *args, **kwargs):
@@ -226,13 +232,17 @@ def _save(obj, f, pickle_module=pickle, *args, **kwargs):
         _sidecar.reset(token)
 
 
-def _load(f, map_location=None, pickle_module=None, *args, **kwargs):
+def _load(f, map_location=None, pickle_module=_LOAD_WRAPPER_DEFAULT_MODULE, *args, **kwargs):
     conf = _loading.get()
     if conf is None:
         return _orig_load(f, map_location, pickle_module, *args, **kwargs)
     _own_pickle(pickle_module)
     if conf["suppress_weights_only"] and kwargs.get("weights_only") is not False:
         kwargs["weights_only"] = False
+    if kwargs.get("weights_only"):
+        # What torch says of a weights-only load with a pickle module of its
+        # own (torch 1.13 spells it with typos).
+        raise RuntimeError("Can not safely load weights when explicit pickle_module is specified")
     token = _sidecar.set(_target(f, conf["file_obj"]))
     try:
         return _orig_load(f, map_location, _PICKLE, *args, **kwargs)

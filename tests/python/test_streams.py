@@ -701,5 +701,69 @@ def compat_package_is_opt_in():
     assert r.stdout.strip() == "True", r.stderr[-300:]
 
 
+# ------------------------------------------------------------------ arguments (issue 21, defect 11)
+@case
+def arguments_checked_before_c():
+    p = tmp("zero_d.tensors")
+    with tzr.TensorSerializer(p) as s:
+        s.write_tensor(0, "scalar", tzr.TensorType.STATE_DICT, np.array(3.0))
+        s.write_tensor(0, "fortran", tzr.TensorType.STATE_DICT, np.asfortranarray(np.arange(6.0).reshape(2, 3)))
+    d = tzr.TensorDeserializer(p, device="cpu")
+    assert tuple(d["scalar"].shape) == () and float(d["scalar"]) == 3.0, d["scalar"].shape
+    assert d["fortran"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    d.close()
+    bad = [
+        (ValueError, lambda: tzr.TensorDeserializer(tmp("a\0b.tensors"), device="cpu")),
+        (ValueError, lambda: tzr.TensorSerializer(tmp("a\0b.tensors"))),
+        (ValueError, lambda: tzr.load_rank(tmp("m\0.json"), 0, 1)),
+        (ValueError, lambda: tzr.load_rank(tmp("m.json"), 2**32 + 1, 2**32 + 2)),
+        (ValueError, lambda: tzr.load_rank(tmp("m.json"), 2, 2)),
+        (ValueError, lambda: tzr.load_rank(tmp("m.json"), -1, 2)),
+        (TypeError, lambda: tzr.load_rank(tmp("m.json"), 0.5, 2)),
+        (ValueError, lambda: tzr.ShardWriter(tmp("sw"), 0, 2**31)),
+        (ValueError, lambda: stream_io.open_stream("s3://b/k\0x", "rb", "", "", "https://e.example")),
+    ]
+    for err, call in bad:
+        try:
+            call()
+        except err:
+            pass
+        else:
+            raise AssertionError("accepted: %s" % call.__code__.co_consts)
+    with tzr.TensorSerializer(tmp("idx.tensors")) as s:
+        for idx in (65536, -1, 2**32):
+            try:
+                s.write_tensor(idx, "t", tzr.TensorType.PARAM, torch.zeros(1))
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("module index %d accepted" % idx)
+        s.write_tensor(65535, "t", tzr.TensorType.PARAM, torch.zeros(1))
+    assert next(tzr.TensorDeserializer(tmp("idx.tensors"), device="cpu").read_tensors())[0] == 65535
+
+
+@case
+def sigterm_leaves_no_temporary():
+    # A writer killed by SIGTERM mid-write: its temporary file is removed,
+    # and the target never appears (issue 21, defect 13).
+    out = tmp("killed/model.tensors")
+    os.makedirs(os.path.dirname(out))
+    code = ("import sys, time, torch, tzr\n"
+            "s = tzr.TensorSerializer(sys.argv[1])\n"
+            "s.write_tensor(0, 'w', tzr.TensorType.PARAM, torch.ones(1 << 20))\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code, out], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        assert any(n.endswith(".tmp") for n in os.listdir(os.path.dirname(out))), "no temporary while writing"
+        p.terminate()
+        rc = p.wait(60)
+    finally:
+        p.kill()
+    assert rc == -15, rc
+    assert os.listdir(os.path.dirname(out)) == [], os.listdir(os.path.dirname(out))
+
+
 shutil.rmtree(TMP, ignore_errors=True)
 sys.exit(1 if failed else 0)
