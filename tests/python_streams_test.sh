@@ -6,12 +6,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 BUILD=${BUILD:-build}
-lib=$(realpath "$BUILD/libtzr.so" 2>/dev/null) || { echo "FAIL python_streams_setup: $BUILD/libtzr.so missing"; exit 1; }
-if nm -D "$lib" | grep -q '__asan_init\|__tsan_init\|__ubsan_handle'; then
-    echo "python: sanitizer build of libtzr, not loadable into python3" >&2
-    exit 77
-fi
-/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || { echo "python: torch or numpy missing" >&2; exit 77; }
+. tests/util/python_lib.sh
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tzr-pys3.XXXXXX") || exit 2
 trap 'timeout 30 bash tests/util/swift.sh stop "$tmp/swift"; rm -rf "$tmp"' EXIT
 unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_PROFILE AWS_ENDPOINT_URL \

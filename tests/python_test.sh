@@ -4,11 +4,5 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 BUILD=${BUILD:-build}
-lib=$(realpath "$BUILD/libtzr.so" 2>/dev/null) || { echo "FAIL python_setup: $BUILD/libtzr.so missing"; exit 1; }
-# A sanitizer runtime cannot be loaded into python3 after the fact.
-if nm -D "$lib" | grep -q '__asan_init\|__tsan_init\|__ubsan_handle'; then
-    echo "python: sanitizer build of libtzr, not loadable into python3" >&2
-    exit 77
-fi
-/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || { echo "python: torch or numpy missing" >&2; exit 77; }
+. tests/util/python_lib.sh
 TZR_LIBRARY=$lib BUILD=$BUILD PYTHONPATH=python exec /usr/bin/python3 tests/python/test_tzr.py

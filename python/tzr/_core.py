@@ -81,9 +81,8 @@ class Reader:
                 self._opened = _io.open_source(file_obj)
             rc = lib.tzr_reader_open_source(byref(h), self._opened.handle, byref(opt))  # owns it now
             if rc:
-                err = _lib.error(rc)
                 self._opened.done()
-                self._opened.raise_caught(err)
+                _io.check_caught(self._opened, rc)
         self._h = h
         self._lock = threading.Lock()
         n = lib.tzr_reader_count(h)
@@ -130,11 +129,7 @@ class Reader:
         return n == 0 or ctypes.string_at(t.data_ptr(), n) == buf.raw[:n]
 
     def _check(self, rc):
-        if rc:
-            err = _lib.error(rc)
-            if self._opened is not None:
-                self._opened.raise_caught(err)
-            raise err
+        _io.check_caught(self._opened, rc)
 
     def load(self, dests, device=None, verify=None, progress=None):
         """Load tensors {index: (pointer, nbytes)} in one tzr_load.

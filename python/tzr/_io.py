@@ -108,6 +108,16 @@ class Opened:
         self.keep = []
 
 
+def check_caught(opened, rc):
+    """_lib.check, with the exception a callback of `opened` (or None) caught
+    as the cause."""
+    if rc:
+        err = _lib.error(rc)
+        if opened is not None:
+            opened.raise_caught(err)
+        raise err
+
+
 # ------------------------------------------------------------------ reading
 def _callback_source(obj, size):
     lock = threading.Lock()

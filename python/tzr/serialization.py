@@ -539,7 +539,7 @@ class TensorSerializer:
             rc = lib.tzr_writer_open_output(byref(h), self._opened.handle, byref(opt))  # owns it now
             if rc:
                 self._opened.done()
-                self._opened.raise_caught(_lib.error(rc))
+                _io.check_caught(self._opened, rc)
         self._h = h
         self.total_tensor_bytes = 0
 
@@ -549,11 +549,7 @@ class TensorSerializer:
         return self._h
 
     def _check(self, rc):
-        if rc:
-            err = _lib.error(rc)
-            if self._opened is not None:
-                self._opened.raise_caught(err)
-            raise err
+        _io.check_caught(self._opened, rc)
 
     def write_tensor(self, idx, name, tensor_type, tensor):
         h = self._handle()
@@ -613,11 +609,7 @@ class TensorSerializer:
         self._borrowed = []
         op, self._opened = self._opened, None
         try:
-            if rc:
-                err = _lib.error(rc)
-                if op is not None:
-                    op.raise_caught(err)
-                raise err
+            _io.check_caught(op, rc)
             if op is not None and op.after is not None:
                 op.after()
         finally:

@@ -228,9 +228,8 @@ class TzrStream(io.RawIOBase):
             raise ValueError("stream %s was handed to a serializer" % self._url)
         view = memoryview(b).cast("B")
         n = len(view)
-        if n:
-            data = bytes(view) if view.readonly else view
-            buf = (ctypes.c_char * n).from_buffer_copy(data) if view.readonly else (ctypes.c_char * n).from_buffer(data)
+        if n:  # the output copies what it is given into its part buffer
+            buf = (ctypes.c_char * n).from_buffer_copy(view)
             check(self._out.pwrite_at(h, ctypes.addressof(buf), n, self._pos))
         self._pos += n
         return n

@@ -5,21 +5,16 @@ tensorizer's results (parameters, storages, keys), utils, torch_compat and
 the `tensorizer` compatibility package. The oracle is tensorizer's own
 golden files (tests/golden-torch): their manifest's hashes and their bytes.
 One `PASS name` / `FAIL name: why` / `SKIP name: why` line per case."""
-import ctypes
-import gc
 import hashlib
 import io
 import json
 import os
-import pickle
 import re
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
-import traceback
 
 try:
     import numpy as np
@@ -28,6 +23,7 @@ except ImportError:
     sys.exit(77)
 
 import tzr
+from cases import Skip, case, finish, raw
 from tzr import stream_io, torch_compat, utils
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,31 +32,6 @@ MANIFEST = json.load(open(os.path.join(GTORCH, "manifest.json")))
 TWT = os.path.join(GTORCH, "twt_v1.tensors")
 TWT_BYTES = open(TWT, "rb").read()
 TMP = tempfile.mkdtemp(prefix="tzr-streams-")
-failed = 0
-
-
-def case(fn):
-    global failed
-    try:
-        fn()
-        print("PASS", fn.__name__)
-    except Skip as e:
-        print("SKIP %s: %s" % (fn.__name__, e))
-    except Exception as e:  # one line per case, the trace on stderr
-        failed += 1
-        print("FAIL %s: %s: %s" % (fn.__name__, type(e).__name__, str(e).replace("\n", " ")[:300]))
-        traceback.print_exc(file=sys.stderr)
-    sys.stdout.flush()
-    return fn
-
-
-class Skip(Exception):
-    pass
-
-
-def raw(t):
-    t = t.detach().contiguous()
-    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()) if t.numel() else b""
 
 
 def tmp(name):
@@ -766,4 +737,4 @@ def sigterm_leaves_no_temporary():
 
 
 shutil.rmtree(TMP, ignore_errors=True)
-sys.exit(1 if failed else 0)
+finish()

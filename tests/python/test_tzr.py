@@ -12,7 +12,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import traceback
 
 try:
     import numpy as np
@@ -21,6 +20,7 @@ except ImportError:
     sys.exit(77)
 
 import tzr
+from cases import case, finish, raw
 from tzr import _core
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,27 +28,6 @@ BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 GTORCH = os.path.join(ROOT, "tests", "golden-torch")
 TMP = tempfile.mkdtemp(prefix="tzr-py-")
-failed = 0
-
-
-def case(fn):
-    global failed
-    try:
-        fn()
-        print("PASS", fn.__name__)
-    except Exception as e:  # one line per case, the trace on stderr
-        failed += 1
-        print("FAIL %s: %s: %s" % (fn.__name__, type(e).__name__, str(e).replace("\n", " ")[:300]))
-        traceback.print_exc(file=sys.stderr)
-    sys.stdout.flush()
-    return fn
-
-
-def raw(t):
-    if isinstance(t, np.ndarray):
-        return np.ascontiguousarray(t).tobytes()
-    t = t.detach().contiguous()
-    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()) if t.numel() else b""
 
 
 def manifest(folder):
@@ -592,4 +571,4 @@ def vllm_rank_set_load_rank():
 
 golden_cases()
 shutil.rmtree(TMP, ignore_errors=True)
-sys.exit(1 if failed else 0)
+finish()
