@@ -127,8 +127,8 @@ def _resolve_device(device):
     if device.type == "cuda":
         idx = device.index if device.index is not None else torch.cuda.current_device()
         return torch.device("cuda", idx), idx
-    if device.type != "cpu":
-        raise ValueError("device %s: only cpu and cuda are supported" % device)
+    # Any other device (xpu, mps, ...): loaded into host memory, then moved,
+    # as tensorizer does.
     return device, None
 
 
@@ -296,6 +296,8 @@ class TensorDeserializer(abc.Mapping):
             return t
         if self._dtype is not None and t.dtype != torch.bool and t.dtype != self._dtype:
             t = t.to(self._device, self._dtype)
+        elif t.device != self._device:
+            t = t.to(self._device)
         return torch.nn.Parameter(t, requires_grad=t.is_floating_point() or t.is_complex())
 
     def _get(self, index):

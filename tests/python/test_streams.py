@@ -230,6 +230,9 @@ def dtype_device_and_kwargs_as_tensorizer():
                                plaid_mode=True, verify_hash=True)
     for _, _, name, t in d.read_tensors():
         assert t.dtype in (torch.float16, torch.bool), (name, t.dtype)
+    # A device other than cpu/cuda: loaded into host memory, then moved there.
+    d = tzr.TensorDeserializer(TWT, device="meta")
+    assert all(t.is_meta for t in d.values())
     for bad, err in (({"num_readers": "bar"}, TypeError), ({"num_readers": 0}, ValueError),
                      ({"encryption": "key"}, TypeError)):
         try:
