@@ -346,8 +346,13 @@ int main(int argc, char **argv) {
     char prefix[4096], manifest[4200];
     const char *target = output; /* what the user named, for messages */
     const char *pattern = vllm_names ? output : NULL;
-    if (vllm_names && (!shards || tzr_shard_rank_path(manifest, sizeof manifest, output, 0))) {
+    if (vllm_names && (!shards || !strchr(output, '%'))) {
         cli_error("--names vllm goes with --shards N and an OUT with a rank field, as model-rank-%%03d.tensors");
+        return EXIT_USAGE;
+    }
+    int prc = vllm_names ? tzr_shard_rank_path(manifest, sizeof manifest, output, shards - 1) : 0;
+    if (prc) {
+        cli_lib_error(prc); /* no rank field, a field too wide, a path too long */
         return EXIT_USAGE;
     }
     if (vllm_names && !rules) rules = TZR_SHARD_RULES_VLLM; /* how vLLM cuts tensor-parallel layers */

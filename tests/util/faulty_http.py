@@ -31,6 +31,7 @@ The first path component selects a fault mode: /MODE/NAME serves DIR/NAME.
   silentget  HEAD is fine, GETs are never answered
   partfail   a minimal S3 multipart target (bucket = mode): UploadPart of
            part 2 answers 403 AccessDenied; abort is logged
+  deny     a missing name answers 403, as S3 does without s3:ListBucket
   partretry  the same target, where the first PUT of every part answers
            503 and the retry succeeds; CompleteMultipartUpload writes the
            assembled object to DIR/KEY
@@ -110,7 +111,7 @@ class H(BaseHTTPRequestHandler):
         self._log()
         mode, path = self._resolve()
         if not path:
-            return self._send_simple(404)
+            return self._send_simple(403 if mode == "deny" else 404)
         if mode == "silent":
             return self._silent()
         if mode == "loop":
@@ -131,7 +132,7 @@ class H(BaseHTTPRequestHandler):
         self._log()
         mode, path = self._resolve()
         if not path:
-            return self._send_simple(404)
+            return self._send_simple(403 if mode == "deny" else 404)
         if mode in ("silent", "silentget"):
             return self._silent()
         if mode in ("loop", "loopget"):
