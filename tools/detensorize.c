@@ -586,8 +586,10 @@ static int shard_list(const opts *o, tzr_shard_set *set) {
 
 static int do_verify(const opts *o, tzr_reader *r);
 
-/* Every shard's hashes (each shard is a plain .tensors file); tiling, shard
- * sizes and slice shapes were checked when the manifest was opened. */
+/* Every shard's headers against the manifest's header_sha256 (a swapped
+ * shard has good hashes of its own), then its hashes (each shard is a
+ * plain .tensors file); tiling, shard sizes and slice shapes were checked
+ * when the manifest was opened. */
 static int shard_verify(const opts *o, tzr_shard_set *set) {
     int status = EXIT_OK;
     for (int k = 0; k < tzr_shard_nshards(set); k++) {
@@ -596,7 +598,11 @@ static int shard_verify(const opts *o, tzr_shard_set *set) {
         snprintf(name, sizeof name, "%s (shard %d)", o->file, k);
         one.file = name;
         one.nfilters = 0;
-        if (do_verify(&one, tzr_shard_reader(set, k)) != EXIT_OK) status = EXIT_FAIL;
+        if (tzr_shard_check_headers(set, k)) { /* is it the file the manifest lists? */
+            cli_lib_error(tzr_last_error_code());
+            status = EXIT_FAIL;
+        } else if (do_verify(&one, tzr_shard_reader(set, k)) != EXIT_OK)
+            status = EXIT_FAIL;
     }
     return status;
 }
