@@ -179,4 +179,28 @@ check output_dir_missing_exit_1 test $? = 1
 "$BUILD/tzr-bench" --write "$T/wb.safetensors" --out "$T" --repeat 1 > "$T/wb.out" 2>&1
 check bench_write_runs_every_case sh -c "test \$(grep -c '^| .*x |' '$T/wb.out') = 8 && grep -q '2 shards' '$T/wb.out'"
 check bench_write_leaves_nothing sh -c "! ls '$T' | grep -q tzr-bench-write"
+# MoE-sized inputs: 6,000 tensors overflow tensorizer's 256 KiB index.
+# Every "index full" names --index-bytes, and every writer path takes it
+# (detensorize -o X.tensors too).
+python3 - "$T/moe.safetensors" <<'PY'
+import json, struct, sys
+hdr = {"model.layers.%d.mlp.experts.%d.w%d.weight" % (i // 300, (i // 3) % 100, i % 3):
+       {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i in range(6000)}
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4 * 6000))
+PY
+$TZ -q "$T/moe.safetensors" -o "$T/moe.tensors" 2> "$T/moe.err"; rc=$?
+check index_full_names_option sh -c "test $rc = 1 && grep -q 'index full.*--index-bytes N' '$T/moe.err' && test ! -e '$T/moe.tensors'"
+mkdir "$T/moesh"
+$TZ -q "$T/moe.safetensors" --shards 2 -o "$T/moesh/m.tensors" 2> "$T/moesh.err"; rc=$?
+check index_full_shards_names_option sh -c "test $rc = 1 && grep -q 'index full.*--index-bytes N' '$T/moesh.err'"
+$TZ -q "$T/moe.safetensors" -o "$T/moe.tensors" --index-bytes 1048576
+check index_bytes_fits_moe $DT "$T/moe.tensors" --verify
+$DT "$T/moe.tensors" -q -o "$T/moe2.tensors" 2> "$T/moe2.err"; rc=$?
+check detensorize_index_full_names_option sh -c "test $rc = 1 && grep -q 'index full.*--index-bytes N' '$T/moe2.err' && test ! -e '$T/moe2.tensors'"
+$DT "$T/moe.tensors" -q -o "$T/moe2.tensors" --index-bytes 1048576
+check detensorize_index_bytes_copy cmp "$T/moe2.tensors" "$T/moe.tensors"
+$DT "$T/moe.tensors" --verify --index-bytes 1048576 2> /dev/null
+check detensorize_index_bytes_needs_tensors_out test $? = 2
 exit 0

@@ -36,6 +36,8 @@ static const char usage[] =
     "      --no-verify         with -o: do not check the hashes (copy a damaged file)\n"
     "                          OUT is atomic, a symbolic link is written through, devices refused\n"
     "      --force             with -o: replace an existing OUT (refused without it)\n"
+    "      --index-bytes N     with -o OUT.tensors: index reservation, 1 to 2^30 (default\n"
+    "                          262144, as tensorizer; many tensors need more)\n"
     "\n"
     "Options:\n"
     "  -f, --filter GLOB       only tensors whose name matches (repeatable); a filter\n"
@@ -64,6 +66,7 @@ typedef struct opts {
     const char *const *files; /* several inputs: one set (tzr_shard_open_files) */
     int nfiles;
     int list, json, sha, verify, quiet, no_verify, force;
+    uint64_t index_bytes; /* -o X.tensors: index reservation (0: tensorizer's) */
     const char **filters;
     int nfilters;
     const char *rank_rules;
@@ -463,7 +466,9 @@ static char *export_name(const tzr_tensor_info *t) {
 /* -o OUT.tensors: a plain (uncompressed, unencrypted) copy tensorizer reads. */
 static int export_tensors(const opts *o, tzr_reader *r) {
     tzr_writer *w;
-    int rc = tzr_writer_open(&w, o->output, NULL);
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    wo.metadata_size = o->index_bytes;
+    int rc = tzr_writer_open(&w, o->output, &wo);
     for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;
@@ -700,6 +705,7 @@ static int run(opts *o, int argc, char **argv);
 
 int main(int argc, char **argv) {
     cli_prog = "detensorize";
+    cli_index_option = "--index-bytes";
     opts o = {0};
     o.filters = calloc((size_t)argc + 1, sizeof *o.filters);
     if (!o.filters) return EXIT_FAIL;
@@ -712,7 +718,7 @@ int main(int argc, char **argv) {
 /* Everything main does; main frees what o holds on every path. */
 static int run(opts *o, int argc, char **argv) {
     enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_NO_VERIFY, O_TIMEOUT, O_FORCE,
-           O_RULES };
+           O_RULES, O_INDEX };
     static const struct option longs[] = {
         {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
         {"sha256", no_argument, 0, O_SHA},      {"verify", no_argument, 0, 'V'},
@@ -723,7 +729,8 @@ static int run(opts *o, int argc, char **argv) {
         {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
         {"ca-bundle", required_argument, 0, O_CA}, {"no-verify", no_argument, 0, O_NO_VERIFY},
         {"timeout", required_argument, 0, O_TIMEOUT}, {"force", no_argument, 0, O_FORCE},
-        {"split-dim", required_argument, 0, O_RULES}, {0, 0, 0, 0}};
+        {"split-dim", required_argument, 0, O_RULES}, {"index-bytes", required_argument, 0, O_INDEX},
+        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "lVo:f:qh", longs, NULL)) != -1) {
         switch (c) {
@@ -743,6 +750,7 @@ static int run(opts *o, int argc, char **argv) {
         case O_NO_VERIFY: o->no_verify = 1; break;
         case O_FORCE: o->force = 1; break;
         case O_RULES: o->rank_rules = optarg; break;
+        case O_INDEX: if (cli_uint("--index-bytes", optarg, 1, (uint64_t)1 << 30, &o->index_bytes)) return EXIT_USAGE; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("detensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
@@ -760,6 +768,10 @@ static int run(opts *o, int argc, char **argv) {
     if (o->nfiles > 1) snprintf(label, sizeof label, "%s (+%d more)", o->file, o->nfiles - 1), o->file = label;
     if (o->list + o->verify + (o->output != NULL) > 1) {
         cli_error("choose one of --list, --verify, -o");
+        return EXIT_USAGE;
+    }
+    if (o->index_bytes && !(o->output && cli_ends_with(o->output, ".tensors"))) {
+        cli_error("--index-bytes goes with -o OUT.tensors");
         return EXIT_USAGE;
     }
     if (o->no_verify && !o->output) {

@@ -251,6 +251,7 @@ static void clear_crypt(void) { cli_crypt_clear(&key_material); }
 
 int main(int argc, char **argv) {
     cli_prog = "tensorize";
+    cli_index_option = "--index-bytes";
     atexit(clear_crypt);
     const char *output = NULL;
     uint64_t index_bytes = 0;
@@ -420,7 +421,7 @@ int main(int argc, char **argv) {
         else tzr_writer_abort(w.w);
         close_inputs(inputs, ninputs);
         if (cli_stop_signal) return cli_output_stopped(0);
-        cli_error("%s", msg);
+        cli_lib_message(msg);
         cli_error("nothing was written to %s", shards ? manifest : target);
         return EXIT_FAIL;
     }

@@ -232,7 +232,8 @@ int writer_record_begin(tzr_writer *w, const tzr_tensor_desc *d, int have_data, 
     if (z == NULL) return 0; /* checks only: the caller compresses, then calls again */
     size_t entry = tzr_index_entry_size(d->name_len, dlen, d->ndim);
     if (entry > w->meta_size - w->index_used)
-        BAD(TZR_ELIMIT, "index full: entry %llu needs %zu bytes, %llu of the %llu-byte index are left",
+        BAD(TZR_ELIMIT, "index full: entry %llu needs %zu bytes, %llu of the %llu-byte index are left (reserve "
+                        "more with the writer options' metadata_size)",
             (unsigned long long)w->count, entry, (unsigned long long)(w->meta_size - w->index_used),
             (unsigned long long)w->meta_size);
     int rc = name_set_add(w, d->name, d->name_len);
