@@ -203,4 +203,10 @@ $DT "$T/moe.tensors" -q -o "$T/moe2.tensors" --index-bytes 1048576
 check detensorize_index_bytes_copy cmp "$T/moe2.tensors" "$T/moe.tensors"
 $DT "$T/moe.tensors" --verify --index-bytes 1048576 2> /dev/null
 check detensorize_index_bytes_needs_tensors_out test $? = 2
+# A safetensors file cut inside its header says truncated, with the sizes.
+python3 tests/util/make_safetensors.py "$T/whole.safetensors" 3
+hl=$(python3 -c "import struct,sys; print(struct.unpack('<Q', open(sys.argv[1],'rb').read(8))[0])" "$T/whole.safetensors")
+head -c 100 "$T/whole.safetensors" > "$T/cut.safetensors"
+$DT --list "$T/cut.safetensors" > /dev/null 2> "$T/cut.err"; rc=$?
+check safetensors_cut_header_truncated sh -c "test $rc = 1 && grep -q 'truncated safetensors file: its header length (byte 0) is $hl, so the header ends at byte $((hl + 8)), but the file is 100 bytes' '$T/cut.err'"
 exit 0
