@@ -209,4 +209,19 @@ hl=$(python3 -c "import struct,sys; print(struct.unpack('<Q', open(sys.argv[1],'
 head -c 100 "$T/whole.safetensors" > "$T/cut.safetensors"
 $DT --list "$T/cut.safetensors" > /dev/null 2> "$T/cut.err"; rc=$?
 check safetensors_cut_header_truncated sh -c "test $rc = 1 && grep -q 'truncated safetensors file: its header length (byte 0) is $hl, so the header ends at byte $((hl + 8)), but the file is 100 bytes' '$T/cut.err'"
+# Tensor names with control bytes are escaped in the table and BAD lines
+# (\x1b, as the library's messages show them), never printed raw.
+python3 - "$T/ctl.safetensors" <<'PY'
+import json, struct, sys
+hdr = {"evil\x1b[31mred\x07.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4))
+PY
+$DT --list "$T/ctl.safetensors" > "$T/ctl.out" 2>&1
+check list_escapes_control_bytes sh -c "grep -qF 'evil\x1b[31mred\x07.weight' '$T/ctl.out' && ! grep -q \"\$(printf '\033')\" '$T/ctl.out'"
+$TZ -q "$T/ctl.safetensors" -o "$T/ctl.tensors"
+mkdir "$T/ctlset" && $TZ -q "$T/ctl.safetensors" --shards 2 -o "$T/ctlset/c.tensors"
+$DT --list "$T/ctlset/c.tzr-index.json" > "$T/ctl2.out" 2>&1
+check list_set_escapes_control_bytes sh -c "grep -qF 'evil\x1b[31mred\x07.weight' '$T/ctl2.out' && ! grep -q \"\$(printf '\033')\" '$T/ctl2.out'"
 exit 0

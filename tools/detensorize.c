@@ -289,7 +289,9 @@ static int list_table(const opts *o, tzr_reader *r, char (*hex)[65]) {
         if (z)
             snprintf(zcol, sizeof zcol, " %12llu %-5s", (unsigned long long)t->stored_length,
                      t->compression == TZR_COMPRESSION_ZSTD ? "zstd" : t->compression == 0 ? "none" : "?");
-        printf("%6zu  %-40s %-10s %6d %-16s %-20s %12llu%s%s%s%s\n", i, shown_name(t), type_name(t->type),
+        char nb[4096];
+        printf("%6zu  %-40s %-10s %6d %-16s %-20s %12llu%s%s%s%s\n", i, cli_printable(shown_name(t), nb, sizeof nb),
+               type_name(t->type),
                t->module_idx, dt, shape, (unsigned long long)t->nbytes, zcol, t->meta ? " (meta)" : "", hex ? "  " : "",
                hex ? hex[i] : "");
     }
@@ -341,7 +343,8 @@ static int verify_done(void *ctx, size_t i, const tzr_tensor_info *t) {
 static int verify_bad(void *ctx, size_t i, const tzr_tensor_info *t, int code, const char *message) {
     verify_state *v = ctx;
     (void)code;
-    printf("BAD %s: %s\n", shown_name(t), message);
+    char nb[4096];
+    printf("BAD %s: %s\n", cli_printable(shown_name(t), nb, sizeof nb), message);
     v->done[i] = 2;
     v->bad++;
     return 0;
@@ -501,7 +504,9 @@ static int do_export(const opts *o, tzr_reader *r) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;
         if (!tzr_st_dtype_name(t->dtype)) {
-            cli_error("%s: tensor '%s': dtype %s has no safetensors equivalent", o->file, shown_name(t),
+            char nb[4096];
+            cli_error("%s: tensor '%s': dtype %s has no safetensors equivalent", o->file,
+                      cli_printable(shown_name(t), nb, sizeof nb),
                       dtype_shown(t->dtype, t->dtype_str));
             rc = TZR_ENOTSUP;
             break;
@@ -583,7 +588,9 @@ static int shard_list(const opts *o, tzr_shard_set *set) {
         if (t->dim == TZR_SHARD_REPLICATED) snprintf(split, sizeof split, "replicated");
         else snprintf(split, sizeof split, "dim %d", t->dim);
         const char *dt = dtype_shown(t->dtype, t->dtype_str);
-        printf("%6zu  %-40s %-16s %-20s %12llu  %s\n", i, shard_shown(t), dt, shape, (unsigned long long)t->nbytes,
+        char nb[4096];
+        printf("%6zu  %-40s %-16s %-20s %12llu  %s\n", i, cli_printable(shard_shown(t), nb, sizeof nb), dt, shape,
+               (unsigned long long)t->nbytes,
                split);
     }
     return EXIT_OK;
@@ -631,7 +638,8 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
         const tzr_shard_tensor *t = tzr_shard_tensor_at(set, i);
         if (!matches(o, shard_shown(t))) continue;
         if (!tzr_st_dtype_name(t->dtype)) {
-            cli_error("%s: tensor '%s' has no safetensors dtype", o->file, shard_shown(t));
+            char nb[4096];
+            cli_error("%s: tensor '%s' has no safetensors dtype", o->file, cli_printable(shard_shown(t), nb, sizeof nb));
             rc = TZR_ENOTSUP;
             break;
         }
