@@ -151,7 +151,7 @@ static int fsync_dir_of(const char *path) {
     return 0;
 }
 
-static const char *kind_of(mode_t m) {
+const char *tzr_file_kind(unsigned m) {
     if (S_ISDIR(m)) return "a directory";
     if (S_ISCHR(m)) return "a character device";
     if (S_ISBLK(m)) return "a block device";
@@ -202,7 +202,7 @@ static int resolve_target(const char *path, char **real) {
     const char *via = strcmp(cur, path) ? cur : NULL;
     if (!rc && exists && !S_ISREG(st.st_mode))
         rc = tzr_fail(TZR_EINVAL, "%s%s%s%s is %s; refusing to replace it with a file", path, via ? " (-> " : "",
-                      via ? via : "", via ? ")" : "", kind_of(st.st_mode));
+                      via ? via : "", via ? ")" : "", tzr_file_kind(st.st_mode));
     if (!rc && !exists) {
         char *dir = dir_of(cur);
         struct stat ds;
@@ -248,7 +248,7 @@ static int fo_finish(tzr_output *o) {
     if (lstat(f->real, &st) == 0 && !S_ISREG(st.st_mode)) {
         drop_temp(f);
         return tzr_fail(TZR_EINVAL, "%s became %s while it was written; not replaced", f->path,
-                        S_ISLNK(st.st_mode) ? "a symbolic link" : kind_of(st.st_mode));
+                        S_ISLNK(st.st_mode) ? "a symbolic link" : tzr_file_kind(st.st_mode));
     }
     if (!tzr_temp_claim(f->slot)) { /* a signal handler removed the file */
         f->slot = -1;

@@ -151,16 +151,20 @@ static void file_destroy(tzr_source *s) {
 int tzr_source_open_file(tzr_source **out, const char *path, unsigned flags) {
     *out = NULL;
     if (!path) return tzr_fail(TZR_EINVAL, "NULL path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer
+     * forever; the checks below then refuse it. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         return tzr_fail(e == ENOENT ? TZR_ENOTFOUND : TZR_EIO, "%s: cannot open: %s", path, strerror(e));
     }
-    struct stat st;
+    struct stat st = {0};
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return tzr_fail(TZR_EIO, "%s: not a regular file", path);
+        return tzr_fail(TZR_EIO, "%s: not a regular file (%s): checkpoints are read at offsets", path,
+                        tzr_file_kind(st.st_mode));
     }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     file_source *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
         free(f);

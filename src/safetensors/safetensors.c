@@ -404,7 +404,7 @@ int tzr_st_open(tzr_st_file **out, const char *path) {
     if (!out) return tzr_fail(TZR_EINVAL, "tzr_st_open: NULL out");
     *out = NULL;
     if (!path || !*path) return tzr_fail(TZR_EINVAL, "tzr_st_open: empty path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, not waited on */
     if (fd < 0) return tzr_fail(TZR_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -414,7 +414,7 @@ int tzr_st_open(tzr_st_file **out, const char *path) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return tzr_fail(TZR_EINVAL, "%s: not a regular file", path);
+        return tzr_fail(TZR_EINVAL, "%s: not a regular file (%s)", path, tzr_file_kind(st.st_mode));
     }
     tzr_st_file *f = file_new(path);
     if (!f) {
