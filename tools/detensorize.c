@@ -471,6 +471,7 @@ static int export_tensors(const opts *o, tzr_reader *r) {
     tzr_writer *w;
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     wo.metadata_size = o->index_bytes;
+    wo.no_replace = !o->force; /* a file another run created meanwhile is not replaced either */
     int rc = tzr_writer_open(&w, o->output, &wo);
     for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
@@ -521,7 +522,7 @@ static int do_export(const opts *o, tzr_reader *r) {
         e.slot_of[i] = m++;
     }
     tzr_output *out = NULL;
-    if (!rc) rc = tzr_output_open_file(&out, o->output);
+    if (!rc) rc = tzr_output_open_file_flags(&out, o->output, o->force ? 0 : TZR_OUTPUT_NOREPLACE);
     if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, st_meta_keys, st_meta_values, 1);
     if (rc && rc != TZR_ENOTSUP && !cli_stop_signal) cli_lib_error(rc);
     if (!rc) {
@@ -653,7 +654,7 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
         e.slot_of[i] = m++;
     }
     tzr_output *out = NULL;
-    if (!rc) rc = tzr_output_open_file(&out, o->output);
+    if (!rc) rc = tzr_output_open_file_flags(&out, o->output, o->force ? 0 : TZR_OUTPUT_NOREPLACE);
     if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, st_meta_keys, st_meta_values, 1);
     if (rc && rc != TZR_ENOTSUP && !cli_stop_signal) cli_lib_error(rc);
     if (!rc) {

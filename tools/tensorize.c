@@ -367,6 +367,7 @@ int main(int argc, char **argv) {
     cli_crypt_apply(&key_material, &wo.crypt);
     wo.metadata_size = index_bytes;
     wo.direct = direct;
+    wo.no_replace = !force; /* a file another run created meanwhile is not replaced either */
     int ninputs = argc - optind, bad_rules = 0, rc;
     input *inputs = calloc((size_t)ninputs, sizeof *inputs);
     if (!inputs) return cli_lib_error(tzr_set_error(TZR_ENOMEM, "out of memory"));

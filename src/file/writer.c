@@ -123,8 +123,9 @@ int tzr_writer_open(tzr_writer **out, const char *path, const tzr_writer_options
     tzr_output *o;
     tzr_writer_options d = TZR_WRITER_OPTIONS_INIT;
     int direct = opt && opt->struct_size > offsetof(tzr_writer_options, direct) ? opt->direct : d.direct;
-    int rc = direct && !tzr_is_url(path) ? tzr_output_open_file_flags(&o, path, TZR_OUTPUT_DIRECT)
-                                         : tzr_output_open_path(&o, path);
+    int keep = opt && opt->struct_size > offsetof(tzr_writer_options, no_replace) ? opt->no_replace : d.no_replace;
+    unsigned flags = (direct ? TZR_OUTPUT_DIRECT : 0) | (keep ? TZR_OUTPUT_NOREPLACE : 0);
+    int rc = flags && !tzr_is_url(path) ? tzr_output_open_file_flags(&o, path, flags) : tzr_output_open_path(&o, path);
     if (rc) return rc;
     return tzr_writer_open_output(out, o, opt);
 }

@@ -34,6 +34,7 @@ typedef struct file_output {
     int dfd;                    /* O_DIRECT descriptor of tmp; -1: none */
     size_t align;               /* block the two paths never share (see DIRECT_ALIGN_MAX) */
     _Atomic int direct_off;     /* set when the file system refused an O_DIRECT write */
+    int noreplace;              /* TZR_OUTPUT_NOREPLACE */
 } file_output;
 
 /* Start writeback every this many bytes, so the disk works while the
@@ -230,6 +231,19 @@ static void drop_temp(file_output *f) {
     f->tmp = NULL;
 }
 
+/* The temporary file onto the target: a plain rename, or with noreplace
+ * one that fails EEXIST when something is there (two writers to one new
+ * target: the later must not silently replace the earlier). Where
+ * renameat2 is unsupported, link (fails EEXIST too) then unlink. */
+static int publish(file_output *f) {
+    if (!f->noreplace) return rename(f->tmp, f->real);
+    if (renameat2(AT_FDCWD, f->tmp, AT_FDCWD, f->real, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -1;
+    if (link(f->tmp, f->real) != 0) return -1;
+    unlink(f->tmp);
+    return 0;
+}
+
 static int fo_finish(tzr_output *o) {
     file_output *f = (file_output *)o;
     if (!f->tmp) return tzr_fail(TZR_EINVAL, "%s: output already finished or aborted", f->path);
@@ -257,11 +271,14 @@ static int fo_finish(tzr_output *o) {
         return tzr_fail(TZR_ECANCELED, "%s: interrupted; not written", f->path);
     }
     f->slot = -1;
-    if (rename(f->tmp, f->real) != 0) {
+    if (publish(f) != 0) {
         int e = errno;
         unlink(f->tmp);
         free(f->tmp);
         f->tmp = NULL;
+        if (e == EEXIST)
+            return tzr_fail(TZR_EIO, "%s exists (created while this was written, by another writer?); not replaced, "
+                            "nothing written", f->path);
         return tzr_fail(TZR_EIO, "%s: rename from temporary file failed: %s", f->path, strerror(e));
     }
     free(f->tmp);
@@ -317,11 +334,13 @@ int tzr_output_open_file(tzr_output **out, const char *path) { return tzr_output
 int tzr_output_open_file_flags(tzr_output **out, const char *path, unsigned flags) {
     *out = NULL;
     if (!path || !*path) return tzr_fail(TZR_EINVAL, "empty output path");
-    if (flags & ~(unsigned)TZR_OUTPUT_DIRECT) return tzr_fail(TZR_EINVAL, "%s: unknown output flags %#x", path, flags);
+    if (flags & ~(unsigned)(TZR_OUTPUT_DIRECT | TZR_OUTPUT_NOREPLACE))
+        return tzr_fail(TZR_EINVAL, "%s: unknown output flags %#x", path, flags);
     file_output *f = calloc(1, sizeof *f);
     if (!f) return tzr_fail(TZR_ENOMEM, "out of memory");
     f->fd = f->dfd = -1;
     f->slot = -1;
+    f->noreplace = !!(flags & TZR_OUTPUT_NOREPLACE);
     int rc = (f->path = strdup(path)) ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
     if (!rc) rc = resolve_target(path, &f->real);
     if (!rc) rc = make_temp(f);
