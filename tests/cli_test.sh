@@ -237,4 +237,31 @@ check fifo_in_hf_dir_refused sh -c "test $rc = 1 && grep -q 'b.safetensors: not 
 head -c 32 /dev/urandom > "$T/fifo.key"
 timeout 60 $TZ -q "$T/whole.safetensors" -o "$T/fk.tensors" --key-file <(cat "$T/fifo.key")
 check key_file_through_pipe_works timeout 60 $DT "$T/fk.tensors" --verify --key-file <(cat "$T/fifo.key")
+# safetensors headers: bounded as the safetensors library bounds them
+# (100,000,000 bytes), and parsed in memory linear in their size. One just
+# over the bound (a sparse file) is refused from its length alone; a
+# 30 MB header of 300,000 tensors lists within a 320 MB address space
+# (one jansson tree of it took over 400 MB, ~13x the header).
+python3 - "$T/over.safetensors" <<'PY'
+import struct, sys
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", 100000001) + b"{")
+    f.truncate(8 + 100000001)
+PY
+$DT --list "$T/over.safetensors" > /dev/null 2> "$T/over.err"; rc=$?
+check safetensors_header_over_bound sh -c "test $rc = 1 && grep -q 'header length 100000001 (byte 0) is over the 100000000-byte cap' '$T/over.err'"
+rm -f "$T/over.safetensors"
+python3 - "$T/wide.safetensors" <<'PY'
+import struct, sys
+n = 300000
+parts = ['"model.layers.%d.experts.%d.w.weight":{"dtype":"F32","shape":[1],"data_offsets":[%d,%d]}'
+         % (i // 1000, i % 1000, 4 * i, 4 * i + 4) for i in range(n)]
+h = ("{" + ",".join(parts) + "}").encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4 * n))
+PY
+(ulimit -v 320000; $DT --list "$T/wide.safetensors" > "$T/wide.out" 2> "$T/wide.err"); rc=$?
+check safetensors_large_header_linear_memory sh -c "test $rc = 0 && grep -q '300000 tensors' '$T/wide.out' &&
+    grep -q 'model.layers.299.experts.999.w.weight' '$T/wide.out'"
+rm -f "$T/wide.safetensors" "$T/wide.out"
 exit 0
