@@ -67,6 +67,12 @@ $TZ -q "$T/m.safetensors" --shards 10 --names vllm -o "$T/hole2/h-%03d.tensors"
 for k in 2 3 4 5 6 7 8; do rm "$T/hole2/h-00$k.tensors"; done
 $DT --list "$T/hole2/h-%03d.tensors" > /dev/null 2> "$T/eh2"; rc=$?
 check vllm_rank_hole_scanned sh -c "test $rc = 1 && grep -q \"rank 2's file .* is missing, but rank 9's (.*h-009.tensors) exists\" '$T/eh2'"
+# Only names the pattern gives count: h-0010 is not rank 10 of h-%03d.
+mkdir "$T/stray"
+$TZ -q "$T/m.safetensors" --shards 2 --names vllm -o "$T/stray/h-%03d.tensors"
+touch "$T/stray/h-0010.tensors"
+$DT --list "$T/stray/h-%03d.tensors" > "$T/ls.out" 2>&1
+check vllm_rank_scan_exact_names grep -q '2 shards' "$T/ls.out"
 
 # Wide rank fields are formatted exactly (no cut number, no invalid spec):
 # two ranks, two files; a width past a file name's 255 bytes is a usage error.

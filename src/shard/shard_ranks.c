@@ -114,7 +114,10 @@ static int rank_in_dir(const char *pattern, int k) {
         size_t i = pl;
         for (; i < nl - sl && e->d_name[i] >= '0' && e->d_name[i] <= '9' && v <= TZR_SHARD_MAX; i++)
             v = v * 10 + (e->d_name[i] - '0');
-        if (i == nl - sl && v > k && v <= TZR_SHARD_MAX && v > best) best = (int)v;
+        char want[8300]; /* r-0010 is not rank 10 of r-%03d */
+        if (i == nl - sl && v > k && v <= TZR_SHARD_MAX && v > best &&
+            !tzr_shard_rank_path(want, sizeof want, pattern, (int)v) && strcmp(want + base, e->d_name) == 0)
+            best = (int)v;
     }
     closedir(d);
     return best;
