@@ -260,8 +260,16 @@ h = ("{" + ",".join(parts) + "}").encode()
 h += b" " * (-len(h) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4 * n))
 PY
-(ulimit -v 320000; $DT --list "$T/wide.safetensors" > "$T/wide.out" 2> "$T/wide.err"); rc=$?
-check safetensors_large_header_linear_memory sh -c "test $rc = 0 && grep -q '300000 tensors' '$T/wide.out' &&
+$DT --list "$T/wide.safetensors" > "$T/wide.out" 2>&1
+check safetensors_large_header_lists sh -c "grep -q '300000 tensors' '$T/wide.out' &&
     grep -q 'model.layers.299.experts.999.w.weight' '$T/wide.out'"
+# (ASan and TSan reserve terabytes of shadow address space: no bound there.)
+if nm "$DT" 2>/dev/null | grep -q '__asan_init\|__tsan_init'; then
+    skip safetensors_large_header_linear_memory "sanitizer build: ulimit -v cannot bound it"
+else
+    (ulimit -v 320000; $DT --list "$T/wide.safetensors" > "$T/wide.out" 2> "$T/wide.err"); rc=$?
+    check safetensors_large_header_linear_memory sh -c "test $rc = 0 && grep -q '300000 tensors' '$T/wide.out' &&
+        grep -q 'model.layers.299.experts.999.w.weight' '$T/wide.out'"
+fi
 rm -f "$T/wide.safetensors" "$T/wide.out"
 exit 0
