@@ -323,7 +323,11 @@ TZR_API int tzr_output_open_file(tzr_output **out, const char *path);
  * page cache), so writing a checkpoint larger than memory neither fills
  * the page cache nor evicts what else runs there; the few bytes at the
  * unaligned edges of each write go through the cache. */
-enum { TZR_OUTPUT_DIRECT = 1 };
+/* TZR_OUTPUT_NOREPLACE: finish publishes only if nothing is at path then
+ * (renameat2 RENAME_NOREPLACE, else link + unlink): a file created there
+ * while this one was written (another writer) is never replaced; finish
+ * fails TZR_EIO "exists" and removes the temporary file. */
+enum { TZR_OUTPUT_DIRECT = 1, TZR_OUTPUT_NOREPLACE = 2 };
 TZR_API int tzr_output_open_file_flags(tzr_output **out, const char *path, unsigned flags);
 /* A caller's descriptor, open for writing, of a regular file: written in
  * place with pwrite from byte 0 (not atomic: the file is the caller's).
@@ -354,12 +358,14 @@ typedef struct tzr_writer_options {
     int direct;               /* local paths: TZR_OUTPUT_DIRECT (O_DIRECT where
                                  the file system allows; the page cache keeps
                                  almost none of the file) */
+    int no_replace;           /* added later. local paths: TZR_OUTPUT_NOREPLACE
+                                 (never replace a file at the path) */
 } tzr_writer_options;
 
 enum { TZR_PLANES_AUTO = 0, TZR_PLANES_OFF = 1 };
 
 #define TZR_WRITER_OPTIONS_INIT \
-    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0 }
+    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* One tensor to write. */
 typedef struct tzr_tensor_desc {

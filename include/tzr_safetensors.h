@@ -25,8 +25,9 @@
 extern "C" {
 #endif
 
-/* Largest header (JSON) length accepted and written: 100 MiB. */
-#define TZR_ST_MAX_HEADER ((uint64_t)100 << 20)
+/* Largest header (JSON) length accepted and written: 100,000,000 bytes,
+ * the bound of the safetensors library itself. */
+#define TZR_ST_MAX_HEADER ((uint64_t)100000000)
 
 /* One tensor. From the reader every pointer stays valid while the file
  * handle lives. Given to the writer only name, name_len, dtype (or, when

@@ -208,6 +208,12 @@ TZR_API int tzr_shard_nshards(const tzr_shard_set *s);
 TZR_API const tzr_shard_tensor *tzr_shard_tensor_at(const tzr_shard_set *s, size_t i);
 /* Shard k's reader (valid while s lives). */
 TZR_API tzr_reader *tzr_shard_reader(const tzr_shard_set *s, int k);
+/* Every tensor header of shard k against the header SHA-256 the manifest
+ * records for it (headers not yet read are read): TZR_EHASH naming the
+ * shard, tensor and header offset on the first that differs (the shard
+ * file is another one than the manifest lists). Sets without recorded
+ * hashes pass. A --verify of the shard's hashes plus this proves the set. */
+TZR_API int tzr_shard_check_headers(tzr_shard_set *s, int k);
 
 /* What one rank holds of one global tensor after a load. */
 typedef struct tzr_shard_piece {

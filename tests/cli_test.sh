@@ -179,4 +179,97 @@ check output_dir_missing_exit_1 test $? = 1
 "$BUILD/tzr-bench" --write "$T/wb.safetensors" --out "$T" --repeat 1 > "$T/wb.out" 2>&1
 check bench_write_runs_every_case sh -c "test \$(grep -c '^| .*x |' '$T/wb.out') = 8 && grep -q '2 shards' '$T/wb.out'"
 check bench_write_leaves_nothing sh -c "! ls '$T' | grep -q tzr-bench-write"
+# MoE-sized inputs: 6,000 tensors overflow tensorizer's 256 KiB index.
+# Every "index full" names --index-bytes, and every writer path takes it
+# (detensorize -o X.tensors too).
+python3 - "$T/moe.safetensors" <<'PY'
+import json, struct, sys
+hdr = {"model.layers.%d.mlp.experts.%d.w%d.weight" % (i // 300, (i // 3) % 100, i % 3):
+       {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i in range(6000)}
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4 * 6000))
+PY
+$TZ -q "$T/moe.safetensors" -o "$T/moe.tensors" 2> "$T/moe.err"; rc=$?
+check index_full_names_option sh -c "test $rc = 1 && grep -q 'index full.*--index-bytes N' '$T/moe.err' && test ! -e '$T/moe.tensors'"
+mkdir "$T/moesh"
+$TZ -q "$T/moe.safetensors" --shards 2 -o "$T/moesh/m.tensors" 2> "$T/moesh.err"; rc=$?
+check index_full_shards_names_option sh -c "test $rc = 1 && grep -q 'index full.*--index-bytes N' '$T/moesh.err'"
+$TZ -q "$T/moe.safetensors" -o "$T/moe.tensors" --index-bytes 1048576
+check index_bytes_fits_moe $DT "$T/moe.tensors" --verify
+$DT "$T/moe.tensors" -q -o "$T/moe2.tensors" 2> "$T/moe2.err"; rc=$?
+check detensorize_index_full_names_option sh -c "test $rc = 1 && grep -q 'index full.*--index-bytes N' '$T/moe2.err' && test ! -e '$T/moe2.tensors'"
+$DT "$T/moe.tensors" -q -o "$T/moe2.tensors" --index-bytes 1048576
+check detensorize_index_bytes_copy cmp "$T/moe2.tensors" "$T/moe.tensors"
+$DT "$T/moe.tensors" --verify --index-bytes 1048576 2> /dev/null
+check detensorize_index_bytes_needs_tensors_out test $? = 2
+# A safetensors file cut inside its header says truncated, with the sizes.
+python3 tests/util/make_safetensors.py "$T/whole.safetensors" 3
+hl=$(python3 -c "import struct,sys; print(struct.unpack('<Q', open(sys.argv[1],'rb').read(8))[0])" "$T/whole.safetensors")
+head -c 100 "$T/whole.safetensors" > "$T/cut.safetensors"
+$DT --list "$T/cut.safetensors" > /dev/null 2> "$T/cut.err"; rc=$?
+check safetensors_cut_header_truncated sh -c "test $rc = 1 && grep -q 'truncated safetensors file: its header length (byte 0) is $hl, so the header ends at byte $((hl + 8)), but the file is 100 bytes' '$T/cut.err'"
+# Tensor names with control bytes are escaped in the table and BAD lines
+# (\x1b, as the library's messages show them), never printed raw.
+python3 - "$T/ctl.safetensors" <<'PY'
+import json, struct, sys
+hdr = {"evil\x1b[31mred\x07.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4))
+PY
+$DT --list "$T/ctl.safetensors" > "$T/ctl.out" 2>&1
+check list_escapes_control_bytes sh -c "grep -qF 'evil\x1b[31mred\x07.weight' '$T/ctl.out' && ! grep -q \"\$(printf '\033')\" '$T/ctl.out'"
+$TZ -q "$T/ctl.safetensors" -o "$T/ctl.tensors"
+mkdir "$T/ctlset" && $TZ -q "$T/ctl.safetensors" --shards 2 -o "$T/ctlset/c.tensors"
+$DT --list "$T/ctlset/c.tzr-index.json" > "$T/ctl2.out" 2>&1
+check list_set_escapes_control_bytes sh -c "grep -qF 'evil\x1b[31mred\x07.weight' '$T/ctl2.out' && ! grep -q \"\$(printf '\033')\" '$T/ctl2.out'"
+# FIFOs are refused before they are opened for reading (they blocked in
+# open() forever), given directly or in a Hugging Face directory; a key
+# file through a pipe (an explicit use) still works. timeout only guards
+# against the hang: the assertion is the exit status and the message.
+mkfifo "$T/fifo.safetensors"
+timeout 60 $DT --list "$T/fifo.safetensors" > /dev/null 2> "$T/fifo.err"; rc=$?
+check fifo_input_refused sh -c "test $rc = 1 && grep -q 'fifo.safetensors: not a regular file (a FIFO)' '$T/fifo.err'"
+mkdir "$T/hffifo" && cp "$T/whole.safetensors" "$T/hffifo/a.safetensors" && mkfifo "$T/hffifo/b.safetensors"
+timeout 60 $TZ -q "$T/hffifo" -o "$T/hffifo.tensors" 2> "$T/hffifo.err"; rc=$?
+check fifo_in_hf_dir_refused sh -c "test $rc = 1 && grep -q 'b.safetensors: not a regular file (a FIFO)' '$T/hffifo.err' && test ! -e '$T/hffifo.tensors'"
+head -c 32 /dev/urandom > "$T/fifo.key"
+timeout 60 $TZ -q "$T/whole.safetensors" -o "$T/fk.tensors" --key-file <(cat "$T/fifo.key")
+check key_file_through_pipe_works timeout 60 $DT "$T/fk.tensors" --verify --key-file <(cat "$T/fifo.key")
+# safetensors headers: bounded as the safetensors library bounds them
+# (100,000,000 bytes), and parsed in memory linear in their size. One just
+# over the bound (a sparse file) is refused from its length alone; a
+# 30 MB header of 300,000 tensors lists within a 320 MB address space
+# (one jansson tree of it took over 400 MB, ~13x the header).
+python3 - "$T/over.safetensors" <<'PY'
+import struct, sys
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", 100000001) + b"{")
+    f.truncate(8 + 100000001)
+PY
+$DT --list "$T/over.safetensors" > /dev/null 2> "$T/over.err"; rc=$?
+check safetensors_header_over_bound sh -c "test $rc = 1 && grep -q 'header length 100000001 (byte 0) is over the 100000000-byte cap' '$T/over.err'"
+rm -f "$T/over.safetensors"
+python3 - "$T/wide.safetensors" <<'PY'
+import struct, sys
+n = 300000
+parts = ['"model.layers.%d.experts.%d.w.weight":{"dtype":"F32","shape":[1],"data_offsets":[%d,%d]}'
+         % (i // 1000, i % 1000, 4 * i, 4 * i + 4) for i in range(n)]
+h = ("{" + ",".join(parts) + "}").encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4 * n))
+PY
+$DT --list "$T/wide.safetensors" > "$T/wide.out" 2>&1
+check safetensors_large_header_lists sh -c "grep -q '300000 tensors' '$T/wide.out' &&
+    grep -q 'model.layers.299.experts.999.w.weight' '$T/wide.out'"
+# (ASan and TSan reserve terabytes of shadow address space: no bound there.)
+if nm "$DT" 2>/dev/null | grep -q '__asan_init\|__tsan_init'; then
+    skip safetensors_large_header_linear_memory "sanitizer build: ulimit -v cannot bound it"
+else
+    (ulimit -v 320000; $DT --list "$T/wide.safetensors" > "$T/wide.out" 2> "$T/wide.err"); rc=$?
+    check safetensors_large_header_linear_memory sh -c "test $rc = 0 && grep -q '300000 tensors' '$T/wide.out' &&
+        grep -q 'model.layers.299.experts.999.w.weight' '$T/wide.out'"
+fi
+rm -f "$T/wide.safetensors" "$T/wide.out"
 exit 0

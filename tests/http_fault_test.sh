@@ -68,4 +68,17 @@ $TZ -q "$T/m.safetensors" -o s3://partretry/y.tensors --part-size 5 2> "$T/pr.er
 check s3_part_retried_completes cmp "$W/y.tensors" "$T/plain.tensors"
 parts=$(grep -c '^PUT /partretry/y.tensors?partNumber=' "$W/requests.log")
 check s3_part_retried_each sh -c "test $parts -ge 4 && test \$(( $parts % 2 )) = 0"
+
+# A rank set where a missing key answers 403 (S3 without s3:ListBucket):
+# the rank after the 403 is probed, so a set of 2 ranks still opens, and a
+# hole (rank 2 of 0, 1, 3) is an error naming the missing rank.
+$TZ -q "$T/m.safetensors" --shards 2 --names vllm -o "$W/r-%03d.tensors"
+$DT "$URL/deny/r-%03d.tensors" --verify > "$T/rd.out" 2>&1; rc=$?
+check rank_set_403_ends_set sh -c "test $rc = 0 && grep -q 'shard 1' '$T/rd.out'"
+$TZ -q "$T/m.safetensors" --shards 4 --names vllm -o "$W/h-%03d.tensors"
+rm "$W/h-002.tensors"
+$DT "$URL/deny/h-%03d.tensors" --list > /dev/null 2> "$T/hd.err"; rc=$?
+check rank_set_403_hole_named sh -c "test $rc = 1 && grep -q \"rank 2's file (.*h-002.tensors) is not readable (HTTP 403.*rank 3's (.*h-003.tensors) exists\" '$T/hd.err'"
+$DT "$URL/ok/h-%03d.tensors" --list > /dev/null 2> "$T/ho.err"; rc=$?
+check rank_set_404_hole_named sh -c "test $rc = 1 && grep -q \"rank 2's file (.*h-002.tensors) is missing, but rank 3's\" '$T/ho.err'"
 exit 0

@@ -150,6 +150,31 @@ else
     fail sigkill_temp_removed_by_next_write "tensorize never created its temporary file"
 fi
 
+# ---- two writers to one new target: without --force the later never
+# replaces the earlier. The first tensorize is held mid-write by its input
+# (faulty_http.py "gate": the data GET waits for DIR/gate.open); a second
+# one writes the target meanwhile; then the gate opens and the first
+# finishes: its no-replace rename fails "exists", its temporary removed.
+mkdir "$T/race"
+stop_server
+rm -f "$T/slow.port" "$T/slow/gate.open"
+python3 tests/util/faulty_http.py "$T/slow" "$T/slow.port" 2>/dev/null &
+srv=$!
+for i in $(seq 100); do [ -s "$T/slow.port" ] && break; sleep 0.1; done
+$TZ -q "http://127.0.0.1:$(cat "$T/slow.port")/gate/a.safetensors" -o "$T/race/out.tensors" 2> "$T/race1.err" &
+pid=$!
+if wait_temp "$T/race" out.tensors; then
+    $TZ -q "$T/b.safetensors" -o "$T/race/out.tensors" 2> "$T/race2.err"; rc2=$?
+    touch "$T/slow/gate.open"
+    wait $pid; rc1=$?
+    check second_writer_not_replaced sh -c "test $rc2 = 0 && test $rc1 = 1 && grep -q 'out.tensors exists' '$T/race1.err' &&
+        cmp '$T/race/out.tensors' '$T/b.tensors' && ! ls -A '$T/race' | grep -q '^\..*tmp'"
+else
+    kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
+    fail second_writer_not_replaced "tensorize never created its temporary file"
+fi
+stop_server
+
 # ---- SIGINT / SIGTERM / SIGHUP: temp removed, message says what was kept
 sigcase() { # SIGNAL EXIT-STATUS PREEXISTING(0/1)
     local sig=$1 want=$2 pre=$3 d="$T/s_$1_$3" rc

@@ -60,4 +60,13 @@ check manifest_missing_shard_exit_1 test $? = 1
 check manifest_missing_shard_message grep -q "s-rank-00002-of-00003.tensors" "$T/e.out"
 $TZ -q "$T/m.safetensors" -o "$T/x.tensors" --split-dim '*=0' 2>/dev/null
 check split_dim_without_shards_is_usage test $? = 2
+# A shard swapped for another valid one (both hash clean, same size):
+# --verify compares each header with the manifest's header_sha256, as
+# every load does, and names the shard.
+mkdir "$T/sw"
+$TZ -q "$T/m.safetensors" --shards 2 -o "$T/sw/ck.tensors"
+cp "$T/sw/ck-rank-00001-of-00002.tensors" "$T/sw/ck-rank-00000-of-00002.tensors"
+$DT "$T/sw/ck.tzr-index.json" --verify > "$T/sw.out" 2> "$T/sw.err"; rc=$?
+check manifest_verify_swapped_shard sh -c "test $rc = 1 && grep -q 'shard 0: tensor .*header sha256 differs from the manifest' '$T/sw.err' &&
+    ! grep -q 'OK .*(shard 0)' '$T/sw.out'"
 exit 0

@@ -54,4 +54,36 @@ $DT "$T/cut/c-%03d.tensors" --split-dim "$rules" -q -o "$T/cut.safetensors"
 check vllm_rank_set_split_dim_export_same same "$T/cut.safetensors" "$T/m.safetensors"
 $DT "$T/m.safetensors" --split-dim "$rules" --list > /dev/null 2> "$T/e6"; rc=$?
 check vllm_split_dim_needs_pattern sh -c "test $rc = 2 && grep -q 'goes with per-rank files' '$T/e6'"
+# A missing middle rank is an error naming it, not a smaller model: the
+# next ranks are probed (rank 3 after a missing 2), and the directory is
+# scanned for the pattern (rank 9 after a missing 2..8).
+mkdir "$T/hole" "$T/hole2"
+$TZ -q "$T/m.safetensors" --shards 4 --names vllm -o "$T/hole/h-%03d.tensors"
+rm "$T/hole/h-002.tensors" "$T/hole/h.tzr-index.json"
+$DT "$T/hole/h-%03d.tensors" -q -o "$T/hole.safetensors" 2> "$T/eh"; rc=$?
+check vllm_rank_hole_probed sh -c "test $rc = 1 && test ! -e '$T/hole.safetensors' &&
+    grep -q \"rank 2's file (.*h-002.tensors) is missing, but rank 3's (.*h-003.tensors) exists\" '$T/eh'"
+$TZ -q "$T/m.safetensors" --shards 10 --names vllm -o "$T/hole2/h-%03d.tensors"
+for k in 2 3 4 5 6 7 8; do rm "$T/hole2/h-00$k.tensors"; done
+$DT --list "$T/hole2/h-%03d.tensors" > /dev/null 2> "$T/eh2"; rc=$?
+check vllm_rank_hole_scanned sh -c "test $rc = 1 && grep -q \"rank 2's file .* is missing, but rank 9's (.*h-009.tensors) exists\" '$T/eh2'"
+# Only names the pattern gives count: h-0010 is not rank 10 of h-%03d.
+mkdir "$T/stray"
+$TZ -q "$T/m.safetensors" --shards 2 --names vllm -o "$T/stray/h-%03d.tensors"
+touch "$T/stray/h-0010.tensors"
+$DT --list "$T/stray/h-%03d.tensors" > "$T/ls.out" 2>&1
+check vllm_rank_scan_exact_names grep -q '2 shards' "$T/ls.out"
+
+# Wide rank fields are formatted exactly (no cut number, no invalid spec):
+# two ranks, two files; a width past a file name's 255 bytes is a usage error.
+mkdir "$T/wide"
+$TZ -q "$T/m.safetensors" --shards 2 --names vllm -o "$T/wide/w-%0100d.tensors"; rc=$?
+z99=$(printf '%099d' 0)
+check vllm_wide_field_two_files sh -c "test $rc = 0 && test -f '$T/wide/w-${z99}0.tensors' &&
+    test -f '$T/wide/w-${z99}1.tensors' && test \$(ls '$T/wide' | wc -l) = 3"
+$DT --list "$T/wide/w-%0100d.tensors" > "$T/lw.out" 2>&1
+check vllm_wide_field_opens grep -q '2 shards' "$T/lw.out"
+$TZ -q "$T/m.safetensors" --shards 2 --names vllm -o "$T/wide/v-%0300d.tensors" 2> "$T/ew"; rc=$?
+check vllm_too_wide_field_usage sh -c "test $rc = 2 && grep -q \"rank field '%0300d' is wider than 255 digits\" '$T/ew' &&
+    test \$(ls '$T/wide' | wc -l) = 3"
 exit 0

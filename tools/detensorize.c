@@ -36,6 +36,8 @@ static const char usage[] =
     "      --no-verify         with -o: do not check the hashes (copy a damaged file)\n"
     "                          OUT is atomic, a symbolic link is written through, devices refused\n"
     "      --force             with -o: replace an existing OUT (refused without it)\n"
+    "      --index-bytes N     with -o OUT.tensors: index reservation, 1 to 2^30 (default\n"
+    "                          262144, as tensorizer; many tensors need more)\n"
     "\n"
     "Options:\n"
     "  -f, --filter GLOB       only tensors whose name matches (repeatable); a filter\n"
@@ -64,6 +66,7 @@ typedef struct opts {
     const char *const *files; /* several inputs: one set (tzr_shard_open_files) */
     int nfiles;
     int list, json, sha, verify, quiet, no_verify, force;
+    uint64_t index_bytes; /* -o X.tensors: index reservation (0: tensorizer's) */
     const char **filters;
     int nfilters;
     const char *rank_rules;
@@ -286,7 +289,9 @@ static int list_table(const opts *o, tzr_reader *r, char (*hex)[65]) {
         if (z)
             snprintf(zcol, sizeof zcol, " %12llu %-5s", (unsigned long long)t->stored_length,
                      t->compression == TZR_COMPRESSION_ZSTD ? "zstd" : t->compression == 0 ? "none" : "?");
-        printf("%6zu  %-40s %-10s %6d %-16s %-20s %12llu%s%s%s%s\n", i, shown_name(t), type_name(t->type),
+        char nb[4096];
+        printf("%6zu  %-40s %-10s %6d %-16s %-20s %12llu%s%s%s%s\n", i, cli_printable(shown_name(t), nb, sizeof nb),
+               type_name(t->type),
                t->module_idx, dt, shape, (unsigned long long)t->nbytes, zcol, t->meta ? " (meta)" : "", hex ? "  " : "",
                hex ? hex[i] : "");
     }
@@ -338,7 +343,8 @@ static int verify_done(void *ctx, size_t i, const tzr_tensor_info *t) {
 static int verify_bad(void *ctx, size_t i, const tzr_tensor_info *t, int code, const char *message) {
     verify_state *v = ctx;
     (void)code;
-    printf("BAD %s: %s\n", shown_name(t), message);
+    char nb[4096];
+    printf("BAD %s: %s\n", cli_printable(shown_name(t), nb, sizeof nb), message);
     v->done[i] = 2;
     v->bad++;
     return 0;
@@ -463,7 +469,10 @@ static char *export_name(const tzr_tensor_info *t) {
 /* -o OUT.tensors: a plain (uncompressed, unencrypted) copy tensorizer reads. */
 static int export_tensors(const opts *o, tzr_reader *r) {
     tzr_writer *w;
-    int rc = tzr_writer_open(&w, o->output, NULL);
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    wo.metadata_size = o->index_bytes;
+    wo.no_replace = !o->force; /* a file another run created meanwhile is not replaced either */
+    int rc = tzr_writer_open(&w, o->output, &wo);
     for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;
@@ -496,7 +505,9 @@ static int do_export(const opts *o, tzr_reader *r) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;
         if (!tzr_st_dtype_name(t->dtype)) {
-            cli_error("%s: tensor '%s': dtype %s has no safetensors equivalent", o->file, shown_name(t),
+            char nb[4096];
+            cli_error("%s: tensor '%s': dtype %s has no safetensors equivalent", o->file,
+                      cli_printable(shown_name(t), nb, sizeof nb),
                       dtype_shown(t->dtype, t->dtype_str));
             rc = TZR_ENOTSUP;
             break;
@@ -511,7 +522,7 @@ static int do_export(const opts *o, tzr_reader *r) {
         e.slot_of[i] = m++;
     }
     tzr_output *out = NULL;
-    if (!rc) rc = tzr_output_open_file(&out, o->output);
+    if (!rc) rc = tzr_output_open_file_flags(&out, o->output, o->force ? 0 : TZR_OUTPUT_NOREPLACE);
     if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, st_meta_keys, st_meta_values, 1);
     if (rc && rc != TZR_ENOTSUP && !cli_stop_signal) cli_lib_error(rc);
     if (!rc) {
@@ -578,7 +589,9 @@ static int shard_list(const opts *o, tzr_shard_set *set) {
         if (t->dim == TZR_SHARD_REPLICATED) snprintf(split, sizeof split, "replicated");
         else snprintf(split, sizeof split, "dim %d", t->dim);
         const char *dt = dtype_shown(t->dtype, t->dtype_str);
-        printf("%6zu  %-40s %-16s %-20s %12llu  %s\n", i, shard_shown(t), dt, shape, (unsigned long long)t->nbytes,
+        char nb[4096];
+        printf("%6zu  %-40s %-16s %-20s %12llu  %s\n", i, cli_printable(shard_shown(t), nb, sizeof nb), dt, shape,
+               (unsigned long long)t->nbytes,
                split);
     }
     return EXIT_OK;
@@ -586,8 +599,10 @@ static int shard_list(const opts *o, tzr_shard_set *set) {
 
 static int do_verify(const opts *o, tzr_reader *r);
 
-/* Every shard's hashes (each shard is a plain .tensors file); tiling, shard
- * sizes and slice shapes were checked when the manifest was opened. */
+/* Every shard's headers against the manifest's header_sha256 (a swapped
+ * shard has good hashes of its own), then its hashes (each shard is a
+ * plain .tensors file); tiling, shard sizes and slice shapes were checked
+ * when the manifest was opened. */
 static int shard_verify(const opts *o, tzr_shard_set *set) {
     int status = EXIT_OK;
     for (int k = 0; k < tzr_shard_nshards(set); k++) {
@@ -596,7 +611,11 @@ static int shard_verify(const opts *o, tzr_shard_set *set) {
         snprintf(name, sizeof name, "%s (shard %d)", o->file, k);
         one.file = name;
         one.nfilters = 0;
-        if (do_verify(&one, tzr_shard_reader(set, k)) != EXIT_OK) status = EXIT_FAIL;
+        if (tzr_shard_check_headers(set, k)) { /* is it the file the manifest lists? */
+            cli_lib_error(tzr_last_error_code());
+            status = EXIT_FAIL;
+        } else if (do_verify(&one, tzr_shard_reader(set, k)) != EXIT_OK)
+            status = EXIT_FAIL;
     }
     return status;
 }
@@ -620,7 +639,8 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
         const tzr_shard_tensor *t = tzr_shard_tensor_at(set, i);
         if (!matches(o, shard_shown(t))) continue;
         if (!tzr_st_dtype_name(t->dtype)) {
-            cli_error("%s: tensor '%s' has no safetensors dtype", o->file, shard_shown(t));
+            char nb[4096];
+            cli_error("%s: tensor '%s' has no safetensors dtype", o->file, cli_printable(shard_shown(t), nb, sizeof nb));
             rc = TZR_ENOTSUP;
             break;
         }
@@ -634,7 +654,7 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
         e.slot_of[i] = m++;
     }
     tzr_output *out = NULL;
-    if (!rc) rc = tzr_output_open_file(&out, o->output);
+    if (!rc) rc = tzr_output_open_file_flags(&out, o->output, o->force ? 0 : TZR_OUTPUT_NOREPLACE);
     if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, st_meta_keys, st_meta_values, 1);
     if (rc && rc != TZR_ENOTSUP && !cli_stop_signal) cli_lib_error(rc);
     if (!rc) {
@@ -694,6 +714,7 @@ static int run(opts *o, int argc, char **argv);
 
 int main(int argc, char **argv) {
     cli_prog = "detensorize";
+    cli_index_option = "--index-bytes";
     opts o = {0};
     o.filters = calloc((size_t)argc + 1, sizeof *o.filters);
     if (!o.filters) return EXIT_FAIL;
@@ -706,7 +727,7 @@ int main(int argc, char **argv) {
 /* Everything main does; main frees what o holds on every path. */
 static int run(opts *o, int argc, char **argv) {
     enum { O_JSON = 256, O_SHA, O_KEY, O_PW, O_THREADS, O_CHUNK, O_RING, O_VERSION, O_CA, O_NO_VERIFY, O_TIMEOUT, O_FORCE,
-           O_RULES };
+           O_RULES, O_INDEX };
     static const struct option longs[] = {
         {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
         {"sha256", no_argument, 0, O_SHA},      {"verify", no_argument, 0, 'V'},
@@ -717,7 +738,8 @@ static int run(opts *o, int argc, char **argv) {
         {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
         {"ca-bundle", required_argument, 0, O_CA}, {"no-verify", no_argument, 0, O_NO_VERIFY},
         {"timeout", required_argument, 0, O_TIMEOUT}, {"force", no_argument, 0, O_FORCE},
-        {"split-dim", required_argument, 0, O_RULES}, {0, 0, 0, 0}};
+        {"split-dim", required_argument, 0, O_RULES}, {"index-bytes", required_argument, 0, O_INDEX},
+        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "lVo:f:qh", longs, NULL)) != -1) {
         switch (c) {
@@ -737,6 +759,7 @@ static int run(opts *o, int argc, char **argv) {
         case O_NO_VERIFY: o->no_verify = 1; break;
         case O_FORCE: o->force = 1; break;
         case O_RULES: o->rank_rules = optarg; break;
+        case O_INDEX: if (cli_uint("--index-bytes", optarg, 1, (uint64_t)1 << 30, &o->index_bytes)) return EXIT_USAGE; break;
         case 'q': o->quiet = 1; break;
         case 'h': fputs(usage, stdout); return EXIT_OK;
         case O_VERSION: printf("detensorize (libtzr %s)\n", tzr_version_string()); return EXIT_OK;
@@ -754,6 +777,10 @@ static int run(opts *o, int argc, char **argv) {
     if (o->nfiles > 1) snprintf(label, sizeof label, "%s (+%d more)", o->file, o->nfiles - 1), o->file = label;
     if (o->list + o->verify + (o->output != NULL) > 1) {
         cli_error("choose one of --list, --verify, -o");
+        return EXIT_USAGE;
+    }
+    if (o->index_bytes && !(o->output && cli_ends_with(o->output, ".tensors"))) {
+        cli_error("--index-bytes goes with -o OUT.tensors");
         return EXIT_USAGE;
     }
     if (o->no_verify && !o->output) {

@@ -251,6 +251,7 @@ static void clear_crypt(void) { cli_crypt_clear(&key_material); }
 
 int main(int argc, char **argv) {
     cli_prog = "tensorize";
+    cli_index_option = "--index-bytes";
     atexit(clear_crypt);
     const char *output = NULL;
     uint64_t index_bytes = 0;
@@ -346,8 +347,13 @@ int main(int argc, char **argv) {
     char prefix[4096], manifest[4200];
     const char *target = output; /* what the user named, for messages */
     const char *pattern = vllm_names ? output : NULL;
-    if (vllm_names && (!shards || tzr_shard_rank_path(manifest, sizeof manifest, output, 0))) {
+    if (vllm_names && (!shards || !strchr(output, '%'))) {
         cli_error("--names vllm goes with --shards N and an OUT with a rank field, as model-rank-%%03d.tensors");
+        return EXIT_USAGE;
+    }
+    int prc = vllm_names ? tzr_shard_rank_path(manifest, sizeof manifest, output, shards - 1) : 0;
+    if (prc) {
+        cli_lib_error(prc); /* no rank field, a field too wide, a path too long */
         return EXIT_USAGE;
     }
     if (vllm_names && !rules) rules = TZR_SHARD_RULES_VLLM; /* how vLLM cuts tensor-parallel layers */
@@ -361,6 +367,7 @@ int main(int argc, char **argv) {
     cli_crypt_apply(&key_material, &wo.crypt);
     wo.metadata_size = index_bytes;
     wo.direct = direct;
+    wo.no_replace = !force; /* a file another run created meanwhile is not replaced either */
     int ninputs = argc - optind, bad_rules = 0, rc;
     input *inputs = calloc((size_t)ninputs, sizeof *inputs);
     if (!inputs) return cli_lib_error(tzr_set_error(TZR_ENOMEM, "out of memory"));
@@ -415,7 +422,7 @@ int main(int argc, char **argv) {
         else tzr_writer_abort(w.w);
         close_inputs(inputs, ninputs);
         if (cli_stop_signal) return cli_output_stopped(0);
-        cli_error("%s", msg);
+        cli_lib_message(msg);
         cli_error("nothing was written to %s", shards ? manifest : target);
         return EXIT_FAIL;
     }

@@ -90,6 +90,8 @@ static inline int tzr_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
 
 /* Write a name for messages: printable, escaped, cut to a sane length. */
 TZR_HIDDEN const char *tzr_printable(const char *bytes, size_t len, char *buf, size_t cap);
+/* What a non-regular file is, for messages: "a FIFO", "a directory", ... */
+TZR_HIDDEN const char *tzr_file_kind(unsigned mode);
 #define TZR_NAMEBUF 160
 
 /* Little-endian loads and stores (no alignment assumed). */

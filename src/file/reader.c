@@ -704,6 +704,11 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
         *out = r;
         return 0;
     }
+    if (!rc && kind == TZR_FORMAT_ST_CUT)
+        rc = tzr_fail(TZR_ETRUNC, "%s: truncated safetensors file: its header length (byte 0) is %llu, so the "
+                      "header ends at byte %llu, but the file is %llu bytes", src->name,
+                      (unsigned long long)tzr_ld64(head), (unsigned long long)tzr_ld64(head) + 8,
+                      (unsigned long long)src->size);
     if (!rc && kind != TZR_FORMAT_TENSORIZER) rc = tzr_fail(TZR_EFORMAT, "%s: %s", src->name, tzr_format_what(kind));
     if (!rc) rc = tzr_parse_prologue(head, plen, &r->fh);
     if (rc && tzr_last_error()[0] && strncmp(tzr_last_error(), src->name, strlen(src->name)) != 0)

@@ -123,8 +123,9 @@ int tzr_writer_open(tzr_writer **out, const char *path, const tzr_writer_options
     tzr_output *o;
     tzr_writer_options d = TZR_WRITER_OPTIONS_INIT;
     int direct = opt && opt->struct_size > offsetof(tzr_writer_options, direct) ? opt->direct : d.direct;
-    int rc = direct && !tzr_is_url(path) ? tzr_output_open_file_flags(&o, path, TZR_OUTPUT_DIRECT)
-                                         : tzr_output_open_path(&o, path);
+    int keep = opt && opt->struct_size > offsetof(tzr_writer_options, no_replace) ? opt->no_replace : d.no_replace;
+    unsigned flags = (direct ? TZR_OUTPUT_DIRECT : 0) | (keep ? TZR_OUTPUT_NOREPLACE : 0);
+    int rc = flags && !tzr_is_url(path) ? tzr_output_open_file_flags(&o, path, flags) : tzr_output_open_path(&o, path);
     if (rc) return rc;
     return tzr_writer_open_output(out, o, opt);
 }
@@ -232,7 +233,8 @@ int writer_record_begin(tzr_writer *w, const tzr_tensor_desc *d, int have_data, 
     if (z == NULL) return 0; /* checks only: the caller compresses, then calls again */
     size_t entry = tzr_index_entry_size(d->name_len, dlen, d->ndim);
     if (entry > w->meta_size - w->index_used)
-        BAD(TZR_ELIMIT, "index full: entry %llu needs %zu bytes, %llu of the %llu-byte index are left",
+        BAD(TZR_ELIMIT, "index full: entry %llu needs %zu bytes, %llu of the %llu-byte index are left (reserve "
+                        "more with the writer options' metadata_size)",
             (unsigned long long)w->count, entry, (unsigned long long)(w->meta_size - w->index_used),
             (unsigned long long)w->meta_size);
     int rc = name_set_add(w, d->name, d->name_len);

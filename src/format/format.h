@@ -12,7 +12,8 @@
 /* sniff.c: a file's kind from its first len bytes (of size in all):
  * TZR_FORMAT_TENSORIZER, _SAFETENSORS, _UNKNOWN, or one of these, which
  * no reader takes but a message should name. */
-enum { TZR_FORMAT_EMPTY = 100, TZR_FORMAT_ZIP, TZR_FORMAT_PICKLE, TZR_FORMAT_GGUF, TZR_FORMAT_NUMPY, TZR_FORMAT_JSON };
+enum { TZR_FORMAT_EMPTY = 100, TZR_FORMAT_ZIP, TZR_FORMAT_PICKLE, TZR_FORMAT_GGUF, TZR_FORMAT_NUMPY, TZR_FORMAT_JSON,
+       TZR_FORMAT_ST_CUT /* a safetensors file cut inside its header */ };
 TZR_HIDDEN int tzr_sniff_format(const uint8_t *head, size_t len, uint64_t size);
 /* What kind is, for messages ("this is a zip archive ..."). */
 TZR_HIDDEN const char *tzr_format_what(int kind);

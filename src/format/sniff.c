@@ -11,6 +11,9 @@ int tzr_sniff_format(const uint8_t *head, size_t len, uint64_t size) {
         uint64_t n = tzr_ld64(head);
         if (n >= 2 && n <= size - 8 && head[8] == '{') return TZR_FORMAT_SAFETENSORS;
     }
+    /* A length and a JSON object after it, but fewer bytes than the length
+     * says: a cut copy, which "bad magic" would misdescribe. */
+    if (len >= 9 && head[8] == '{' && tzr_ld64(head) >= 2 && tzr_ld64(head) > size - 8) return TZR_FORMAT_ST_CUT;
     if (len >= 4 && memcmp(head, "PK\x03\x04", 4) == 0) return TZR_FORMAT_ZIP;
     if (len >= 2 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5) return TZR_FORMAT_PICKLE;
     if (len >= 4 && memcmp(head, "GGUF", 4) == 0) return TZR_FORMAT_GGUF;

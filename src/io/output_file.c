@@ -34,6 +34,7 @@ typedef struct file_output {
     int dfd;                    /* O_DIRECT descriptor of tmp; -1: none */
     size_t align;               /* block the two paths never share (see DIRECT_ALIGN_MAX) */
     _Atomic int direct_off;     /* set when the file system refused an O_DIRECT write */
+    int noreplace;              /* TZR_OUTPUT_NOREPLACE */
 } file_output;
 
 /* Start writeback every this many bytes, so the disk works while the
@@ -151,7 +152,7 @@ static int fsync_dir_of(const char *path) {
     return 0;
 }
 
-static const char *kind_of(mode_t m) {
+const char *tzr_file_kind(unsigned m) {
     if (S_ISDIR(m)) return "a directory";
     if (S_ISCHR(m)) return "a character device";
     if (S_ISBLK(m)) return "a block device";
@@ -202,7 +203,7 @@ static int resolve_target(const char *path, char **real) {
     const char *via = strcmp(cur, path) ? cur : NULL;
     if (!rc && exists && !S_ISREG(st.st_mode))
         rc = tzr_fail(TZR_EINVAL, "%s%s%s%s is %s; refusing to replace it with a file", path, via ? " (-> " : "",
-                      via ? via : "", via ? ")" : "", kind_of(st.st_mode));
+                      via ? via : "", via ? ")" : "", tzr_file_kind(st.st_mode));
     if (!rc && !exists) {
         char *dir = dir_of(cur);
         struct stat ds;
@@ -230,6 +231,19 @@ static void drop_temp(file_output *f) {
     f->tmp = NULL;
 }
 
+/* The temporary file onto the target: a plain rename, or with noreplace
+ * one that fails EEXIST when something is there (two writers to one new
+ * target: the later must not silently replace the earlier). Where
+ * renameat2 is unsupported, link (fails EEXIST too) then unlink. */
+static int publish(file_output *f) {
+    if (!f->noreplace) return rename(f->tmp, f->real);
+    if (renameat2(AT_FDCWD, f->tmp, AT_FDCWD, f->real, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -1;
+    if (link(f->tmp, f->real) != 0) return -1;
+    unlink(f->tmp);
+    return 0;
+}
+
 static int fo_finish(tzr_output *o) {
     file_output *f = (file_output *)o;
     if (!f->tmp) return tzr_fail(TZR_EINVAL, "%s: output already finished or aborted", f->path);
@@ -248,7 +262,7 @@ static int fo_finish(tzr_output *o) {
     if (lstat(f->real, &st) == 0 && !S_ISREG(st.st_mode)) {
         drop_temp(f);
         return tzr_fail(TZR_EINVAL, "%s became %s while it was written; not replaced", f->path,
-                        S_ISLNK(st.st_mode) ? "a symbolic link" : kind_of(st.st_mode));
+                        S_ISLNK(st.st_mode) ? "a symbolic link" : tzr_file_kind(st.st_mode));
     }
     if (!tzr_temp_claim(f->slot)) { /* a signal handler removed the file */
         f->slot = -1;
@@ -257,11 +271,14 @@ static int fo_finish(tzr_output *o) {
         return tzr_fail(TZR_ECANCELED, "%s: interrupted; not written", f->path);
     }
     f->slot = -1;
-    if (rename(f->tmp, f->real) != 0) {
+    if (publish(f) != 0) {
         int e = errno;
         unlink(f->tmp);
         free(f->tmp);
         f->tmp = NULL;
+        if (e == EEXIST)
+            return tzr_fail(TZR_EIO, "%s exists (created while this was written, by another writer?); not replaced, "
+                            "nothing written", f->path);
         return tzr_fail(TZR_EIO, "%s: rename from temporary file failed: %s", f->path, strerror(e));
     }
     free(f->tmp);
@@ -317,11 +334,13 @@ int tzr_output_open_file(tzr_output **out, const char *path) { return tzr_output
 int tzr_output_open_file_flags(tzr_output **out, const char *path, unsigned flags) {
     *out = NULL;
     if (!path || !*path) return tzr_fail(TZR_EINVAL, "empty output path");
-    if (flags & ~(unsigned)TZR_OUTPUT_DIRECT) return tzr_fail(TZR_EINVAL, "%s: unknown output flags %#x", path, flags);
+    if (flags & ~(unsigned)(TZR_OUTPUT_DIRECT | TZR_OUTPUT_NOREPLACE))
+        return tzr_fail(TZR_EINVAL, "%s: unknown output flags %#x", path, flags);
     file_output *f = calloc(1, sizeof *f);
     if (!f) return tzr_fail(TZR_ENOMEM, "out of memory");
     f->fd = f->dfd = -1;
     f->slot = -1;
+    f->noreplace = !!(flags & TZR_OUTPUT_NOREPLACE);
     int rc = (f->path = strdup(path)) ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
     if (!rc) rc = resolve_target(path, &f->real);
     if (!rc) rc = make_temp(f);

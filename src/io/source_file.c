@@ -154,10 +154,11 @@ static void file_destroy(tzr_source *s) {
 /* A source over fd (owned from now on; closed on failure too), named path
  * in messages; direct_path is what set_direct reopens with O_DIRECT. */
 static int wrap_fd(tzr_source **out, int fd, const char *path, const char *direct_path, unsigned flags) {
-    struct stat st;
+    struct stat st = {0};
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return tzr_fail(TZR_EIO, "%s: not a regular file", path);
+        return tzr_fail(TZR_EIO, "%s: not a regular file (%s): checkpoints are read at offsets", path,
+                        tzr_file_kind(st.st_mode));
     }
     file_source *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path)) || !(f->direct_path = strdup(direct_path))) {
@@ -188,11 +189,15 @@ static int wrap_fd(tzr_source **out, int fd, const char *path, const char *direc
 int tzr_source_open_file(tzr_source **out, const char *path, unsigned flags) {
     *out = NULL;
     if (!path) return tzr_fail(TZR_EINVAL, "NULL path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer
+     * forever; wrap_fd then refuses it. A regular file reads as before
+     * once the flag is off again. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         return tzr_fail(e == ENOENT ? TZR_ENOTFOUND : TZR_EIO, "%s: cannot open: %s", path, strerror(e));
     }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return wrap_fd(out, fd, path, path, flags);
 }
 

@@ -269,23 +269,10 @@ static int cmp_name(const void *a, const void *b) {
     return x->pub.name_len < y->pub.name_len ? -1 : x->pub.name_len > y->pub.name_len;
 }
 
-static int parse_into(tzr_st_file *f) {
-    if (f->len < 8)
-        return tzr_fail(TZR_ETRUNC, "%s: %zu bytes is too short for the 8-byte header length",
-                        f->name, f->len);
-    uint64_t n = tzr_ld64(f->base);
-    if (n > TZR_ST_MAX_HEADER)
-        return tzr_fail(TZR_ELIMIT, "%s: header length %llu (byte 0) is over the %llu-byte cap (file is %zu bytes)",
-                        f->name, (unsigned long long)n, (unsigned long long)TZR_ST_MAX_HEADER, f->len);
-    if (n > f->len - 8)
-        return tzr_fail(TZR_ETRUNC, "%s: header length %llu (byte 0) runs past the end of the file (%zu bytes)",
-                        f->name, (unsigned long long)n, f->len);
-    f->header_len = n;
-    if (f->header_only && f->have < 8 + n)
-        return tzr_fail(TZR_EINVAL, "%s: %zu header bytes given, the header needs %llu", f->name, f->have,
-                        (unsigned long long)(8 + n));
-    uint64_t data_len = f->len - 8 - n;
-
+/* The header through jansson as one tree: the fallback for headers the
+ * linear scan below does not take (not an object, a syntax error), so
+ * their messages keep jansson's positions. Costs ~13x the header. */
+static int parse_tree(tzr_st_file *f, uint64_t n, uint64_t data_len) {
     json_error_t err;
     /* Duplicate keys must fail: jansson would otherwise keep the last one,
      * and two readers could disagree about which bytes a name means. */
@@ -322,8 +309,174 @@ static int parse_into(tzr_st_file *f) {
         }
         if (rc) goto out;
     }
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* ---- the linear scan: the top-level object by hand, each value alone --
+ * A 100 MB header as one jansson tree took ~13x its size and tens of
+ * seconds; here only one entry's tree lives at a time (jansson still
+ * checks every value and key in full). Anything unexpected returns
+ * ST_RETRY and the tree parse reports it. */
+#define ST_RETRY 1
+
+static int json_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* End of the JSON string starting at p[i] == '"' (one past its closing
+ * quote), or 0 when it does not end. */
+static size_t scan_string(const uint8_t *p, size_t n, size_t i) {
+    for (i++; i < n; i++) {
+        if (p[i] == '\\') i++;
+        else if (p[i] == '"') return i + 1;
+    }
+    return 0;
+}
+
+/* End of the JSON value starting at p[i], or 0. Only delimits: jansson
+ * checks it. */
+static size_t scan_value(const uint8_t *p, size_t n, size_t i) {
+    if (i >= n) return 0;
+    if (p[i] == '"') return scan_string(p, n, i);
+    if (p[i] == '{' || p[i] == '[') {
+        size_t depth = 0;
+        for (; i < n; i++) {
+            if (p[i] == '"') {
+                if (!(i = scan_string(p, n, i))) return 0;
+                i--;
+            } else if (p[i] == '{' || p[i] == '[') depth++;
+            else if (p[i] == '}' || p[i] == ']') {
+                if (--depth == 0) return i + 1;
+            }
+        }
+        return 0;
+    }
+    while (i < n && !json_ws(p[i]) && p[i] != ',' && p[i] != '}' && p[i] != ']') i++;
+    return i;
+}
+
+static int add_entry(tzr_st_file *f, size_t *cap) {
+    if (f->n < *cap) return 0;
+    size_t nc = *cap ? 2 * *cap : 64;
+    st_entry *t = realloc(f->t, nc * sizeof *t);
+    if (!t) return tzr_fail(TZR_ENOMEM, "out of memory");
+    memset(t + *cap, 0, (nc - *cap) * sizeof *t);
+    f->t = t;
+    *cap = nc;
+    return 0;
+}
+
+static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
+    const uint8_t *p = f->base + 8;
+    size_t len = (size_t)n, i = 0, cap = 0, idx = 0;
+    int have_meta = 0;
+    while (i < len && json_ws(p[i])) i++;
+    if (i >= len || p[i] != '{') return ST_RETRY;
+    for (i++; i < len && json_ws(p[i]); i++) {}
+    if (i < len && p[i] == '}') goto end;
+    for (;;) {
+        if (i >= len || p[i] != '"') return ST_RETRY;
+        size_t ks = i, ke = scan_string(p, len, i);
+        if (!ke) return ST_RETRY;
+        for (i = ke; i < len && json_ws(p[i]); i++) {}
+        if (i >= len || p[i] != ':') return ST_RETRY;
+        for (i++; i < len && json_ws(p[i]); i++) {}
+        size_t vs = i, ve = scan_value(p, len, i);
+        if (!ve) return ST_RETRY;
+        /* A plain ASCII key is its bytes; others are decoded by jansson. */
+        const char *key = (const char *)p + ks + 1;
+        size_t klen = ke - ks - 2;
+        json_t *jk = NULL;
+        for (size_t j = ks + 1; j < ke - 1; j++)
+            if (p[j] < 0x20 || p[j] >= 0x7f || p[j] == '\\') {
+                json_error_t err;
+                if (!(jk = json_loadb((const char *)p + ks, ke - ks, JSON_DECODE_ANY, &err))) return ST_RETRY;
+                key = json_string_value(jk);
+                klen = json_string_length(jk);
+                break;
+            }
+        json_error_t err;
+        json_t *v = json_loadb((const char *)p + vs, ve - vs, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &err);
+        if (!v) {
+            json_decref(jk);
+            return ST_RETRY;
+        }
+        int rc;
+        if (klen == 12 && memcmp(key, "__metadata__", 12) == 0) {
+            rc = have_meta ? tzr_fail(TZR_EDUP, "%s: header JSON (bytes 8..%llu): duplicate key \"__metadata__\"",
+                                      f->name, (unsigned long long)(8 + n))
+                           : parse_metadata(f, v);
+            have_meta = 1;
+        } else if (!(rc = add_entry(f, &cap))) {
+            st_entry *e = &f->t[f->n++];
+            e->json_idx = idx++;
+            rc = parse_tensor(f, key, klen, v, e, data_len);
+        }
+        json_decref(v);
+        json_decref(jk);
+        if (rc) return rc;
+        for (i = ve; i < len && json_ws(p[i]); i++) {}
+        if (i < len && p[i] == '}') break;
+        if (i >= len || p[i] != ',') return ST_RETRY;
+        for (i++; i < len && json_ws(p[i]); i++) {}
+    }
+end:
+    for (i++; i < len && json_ws(p[i]); i++) {}
+    return i == len ? 0 : ST_RETRY;
+}
+
+/* What a linear scan built, dropped before the tree parse retries. */
+static void drop_entries(tzr_st_file *f) {
+    for (size_t i = 0; i < f->n; i++) {
+        free((void *)f->t[i].pub.name);
+        free((void *)f->t[i].pub.shape);
+    }
+    free(f->t);
+    f->t = NULL;
+    f->n = 0;
+    for (size_t i = 0; i < 2 * f->n_meta; i++) free(f->meta[i]);
+    free(f->meta);
+    f->meta = NULL;
+    f->n_meta = 0;
+}
+
+static int parse_into(tzr_st_file *f) {
+    if (f->len < 8)
+        return tzr_fail(TZR_ETRUNC, "%s: %zu bytes is too short for the 8-byte header length",
+                        f->name, f->len);
+    uint64_t n = tzr_ld64(f->base);
+    if (n > TZR_ST_MAX_HEADER)
+        return tzr_fail(TZR_ELIMIT, "%s: header length %llu (byte 0) is over the %llu-byte cap (file is %zu bytes)",
+                        f->name, (unsigned long long)n, (unsigned long long)TZR_ST_MAX_HEADER, f->len);
+    if (n > f->len - 8)
+        return tzr_fail(TZR_ETRUNC, "%s: header length %llu (byte 0) runs past the end of the file (%zu bytes)",
+                        f->name, (unsigned long long)n, f->len);
+    f->header_len = n;
+    if (f->header_only && f->have < 8 + n)
+        return tzr_fail(TZR_EINVAL, "%s: %zu header bytes given, the header needs %llu", f->name, f->have,
+                        (unsigned long long)(8 + n));
+    uint64_t data_len = f->len - 8 - n;
+    int rc = parse_linear(f, n, data_len);
+    if (rc == ST_RETRY) {
+        drop_entries(f);
+        rc = parse_tree(f, n, data_len);
+    }
+    if (rc) return rc;
 
     qsort(f->t, f->n, sizeof *f->t, cmp_offset);
+    f->by_name = malloc((f->n ? f->n : 1) * sizeof *f->by_name);
+    if (!f->by_name) return tzr_fail(TZR_ENOMEM, "out of memory");
+    for (size_t i = 0; i < f->n; i++) f->by_name[i] = &f->t[i];
+    qsort(f->by_name, f->n, sizeof *f->by_name, cmp_name);
+    /* The linear scan sees each key alone: two equal names meet here. */
+    for (size_t i = 1; i < f->n; i++) {
+        const st_entry *a = f->by_name[i - 1], *b = f->by_name[i];
+        if (a->pub.name_len == b->pub.name_len && memcmp(a->pub.name, b->pub.name, a->pub.name_len) == 0) {
+            char nb[TZR_NAMEBUF];
+            return tzr_fail(TZR_EDUP, "%s: header JSON (bytes 8..%llu): duplicate tensor name \"%s\"", f->name,
+                            (unsigned long long)(8 + n), tzr_printable(a->pub.name, a->pub.name_len, nb, sizeof nb));
+        }
+    }
     /* After sorting by start, a tensor overlaps an earlier one exactly when
      * it starts before the furthest end seen so far. Zero-byte tensors
      * hold no bytes and so overlap nothing. */
@@ -333,26 +486,16 @@ static int parse_into(tzr_st_file *f) {
         if (e->pub.nbytes == 0) continue;
         if (far && e->begin < far->end) {
             char nb[TZR_NAMEBUF];
-            rc = tensor_fail(f, e->pub.name, e->pub.name_len, TZR_EFORMAT,
-                             "data_offsets [%llu, %llu] (file byte %llu) overlap tensor '%s' [%llu, %llu]",
-                             (unsigned long long)e->begin, (unsigned long long)e->end,
-                             (unsigned long long)e->pub.data_offset,
-                             tzr_printable(far->pub.name, far->pub.name_len, nb, sizeof nb),
-                             (unsigned long long)far->begin, (unsigned long long)far->end);
-            goto out;
+            return tensor_fail(f, e->pub.name, e->pub.name_len, TZR_EFORMAT,
+                               "data_offsets [%llu, %llu] (file byte %llu) overlap tensor '%s' [%llu, %llu]",
+                               (unsigned long long)e->begin, (unsigned long long)e->end,
+                               (unsigned long long)e->pub.data_offset,
+                               tzr_printable(far->pub.name, far->pub.name_len, nb, sizeof nb),
+                               (unsigned long long)far->begin, (unsigned long long)far->end);
         }
         if (!far || e->end > far->end) far = e;
     }
-    f->by_name = malloc((f->n ? f->n : 1) * sizeof *f->by_name);
-    if (!f->by_name) {
-        rc = tzr_fail(TZR_ENOMEM, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < f->n; i++) f->by_name[i] = &f->t[i];
-    qsort(f->by_name, f->n, sizeof *f->by_name, cmp_name);
-out:
-    json_decref(root);
-    return rc;
+    return 0;
 }
 
 static tzr_st_file *file_new(const char *name) {
@@ -404,7 +547,7 @@ int tzr_st_open(tzr_st_file **out, const char *path) {
     if (!out) return tzr_fail(TZR_EINVAL, "tzr_st_open: NULL out");
     *out = NULL;
     if (!path || !*path) return tzr_fail(TZR_EINVAL, "tzr_st_open: empty path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, not waited on */
     if (fd < 0) return tzr_fail(TZR_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -414,7 +557,7 @@ int tzr_st_open(tzr_st_file **out, const char *path) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return tzr_fail(TZR_EINVAL, "%s: not a regular file", path);
+        return tzr_fail(TZR_EINVAL, "%s: not a regular file (%s)", path, tzr_file_kind(st.st_mode));
     }
     tzr_st_file *f = file_new(path);
     if (!f) {

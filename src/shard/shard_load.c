@@ -316,6 +316,30 @@ static int check_headers(const tzr_shard_set *s, size_t i, int rank, int dim, ui
     return 0;
 }
 
+int tzr_shard_check_headers(tzr_shard_set *s, int k) {
+    if (!s || k < 0 || k >= s->tb.nshards) return tzr_fail(TZR_EINVAL, "check headers: bad set or shard %d", k);
+    int rc = tzr_reader_load_headers(s->readers[k], 0, tzr_reader_count(s->readers[k]), NULL); /* coalesced */
+    if (rc) return rc;
+    for (size_t i = 0; i < s->tb.n; i++) {
+        const shard_entry *e = &s->tb.t[i];
+        for (size_t q = 0; q < e->nslices; q++) {
+            const shard_slice *sl = &e->slices[q];
+            if (sl->shard != k || !sl->has_header_sha) continue;
+            const tzr_tensor_header *h = NULL;
+            char nb[TZR_NAMEBUF];
+            const char *nm = tzr_printable(e->name, e->pub.name_len, nb, sizeof nb);
+            uint64_t at = tzr_reader_tensor(s->readers[k], sl->local)->header_offset;
+            if ((rc = tzr_reader_header(s->readers[k], sl->local, &h))) return rc;
+            if (!h->has_sha256 || memcmp(h->sha256, sl->header_sha, 32))
+                return tzr_fail_at(TZR_EHASH, nm, at,
+                                   "%s: shard %d: tensor '%s' (header at byte %llu): its header sha256 differs from "
+                                   "the manifest's (the shard file was replaced or rewritten after the manifest was "
+                                   "made)", s->path, k, nm, (unsigned long long)at);
+        }
+    }
+    return 0;
+}
+
 /* tzr_shard_load_rank_into; proven (may be NULL, else one byte per set
  * tensor) gets which pieces the header checks proved. */
 static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *rules, tzr_sink *dest,

@@ -7,6 +7,7 @@
 #include "shard_internal.h"
 #include "source_path.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,21 +25,39 @@ int shard_rank_field(const char *path, size_t *at, size_t *end) {
     return 1;
 }
 
+/* Widest rank field honoured: a file name component is at most 255 bytes. */
+#define RANK_WIDTH_MAX 255
+
 int tzr_shard_rank_path(char *buf, size_t cap, const char *pattern, int k) {
     size_t at, end;
     if (!pattern || !shard_rank_field(pattern, &at, &end))
         return tzr_fail(TZR_EINVAL, "'%s': want one %%d or %%0Nd field for the rank", pattern ? pattern : "(null)");
-    char fmt[16];
-    snprintf(fmt, sizeof fmt, "%.*s", (int)(end - at), pattern + at);
-    char num[32];
-    snprintf(num, sizeof num, fmt, k);
+    if (k < 0) return tzr_fail(TZR_EINVAL, "%s: rank %d", pattern, k);
+    /* Formatted here, not by printf with the user's field as the format:
+     * any width up to the bound is honoured exactly, so two ranks never
+     * share a name (a cut number or a bad spec once made them collide). */
+    size_t width = 0;
+    for (size_t i = at + 1; i < end - 1; i++) {
+        width = width * 10 + (size_t)(pattern[i] - '0');
+        if (width > RANK_WIDTH_MAX)
+            return tzr_fail(TZR_EINVAL, "%s: rank field '%.*s' is wider than %d digits", pattern, (int)(end - at),
+                            pattern + at, RANK_WIDTH_MAX);
+    }
+    char digits[16], num[RANK_WIDTH_MAX + 1];
+    int nd = snprintf(digits, sizeof digits, "%d", k);
+    size_t pad = width > (size_t)nd ? width - (size_t)nd : 0;
+    memset(num, '0', pad);
+    memcpy(num + pad, digits, (size_t)nd + 1);
     int n = snprintf(buf, cap, "%.*s%s%s", (int)at, pattern, num, pattern + end);
     return n < 0 || (size_t)n >= cap ? tzr_fail(TZR_ELIMIT, "%s: path too long", pattern) : 0;
 }
 
-/* Whether rank k's file is there (a URL: its HEAD; nothing else is tried). */
-static int open_rank(tzr_shard_set *s, const char *path, tzr_reader **r, int *missing) {
-    *missing = 0;
+/* Whether rank k's file is there (a URL: its HEAD; nothing else is tried).
+ * Missing: no such file, or at a URL a 404, or a 403 past rank 0 (S3
+ * answers 403 for a missing key without s3:ListBucket); *denied says
+ * which, for the message when a higher rank turns out to exist. */
+static int open_rank(tzr_shard_set *s, const char *path, int k, tzr_reader **r, int *missing, int *denied) {
+    *missing = *denied = 0;
     struct stat st;
     if (!tzr_is_url(path) && stat(path, &st) != 0) {
         *missing = 1;
@@ -46,7 +65,8 @@ static int open_rank(tzr_shard_set *s, const char *path, tzr_reader **r, int *mi
     }
     tzr_source *src = NULL;
     int rc = tzr_source_open_path(&src, path, 0);
-    if (rc == TZR_ENOTFOUND && tzr_is_url(path)) {
+    if (rc && tzr_is_url(path) && (rc == TZR_ENOTFOUND || (k > 0 && strstr(tzr_last_error(), "HTTP 403")))) {
+        *denied = rc != TZR_ENOTFOUND;
         *missing = 1;
         return 0;
     }
@@ -55,6 +75,71 @@ static int open_rank(tzr_shard_set *s, const char *path, tzr_reader **r, int *mi
     ro.verify = s->verify;
     ro.crypt = s->crypt;
     return tzr_reader_open_source(r, src, &ro);
+}
+
+/* Whether rank k's file exists: 1, 0 (missing, 404 or 403), or an error. */
+static int rank_exists(const char *pattern, int k, char *path, size_t cap) {
+    int rc = tzr_shard_rank_path(path, cap, pattern, k);
+    if (rc) return rc;
+    struct stat st;
+    if (!tzr_is_url(path)) return stat(path, &st) == 0;
+    tzr_source *src = NULL;
+    rc = tzr_source_open_path(&src, path, 0);
+    if (!rc) {
+        tzr_source_free(src);
+        return 1;
+    }
+    return rc == TZR_ENOTFOUND || strstr(tzr_last_error(), "HTTP 403") ? 0 : rc;
+}
+
+/* A local pattern whose field is in the file name: the highest rank above
+ * k whose file is in the directory, or -1. */
+static int rank_in_dir(const char *pattern, int k) {
+    size_t at, end;
+    if (tzr_is_url(pattern) || !shard_rank_field(pattern, &at, &end)) return -1;
+    const char *slash = strrchr(pattern, '/');
+    size_t base = slash ? (size_t)(slash + 1 - pattern) : 0;
+    if (base > at) return -1; /* the field is in a directory name */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", base ? (int)base : 1, base ? pattern : ".");
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    const char *pre = pattern + base, *suf = pattern + end;
+    size_t pl = at - base, sl = strlen(suf);
+    int best = -1;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t nl = strlen(e->d_name);
+        if (nl <= pl + sl || memcmp(e->d_name, pre, pl) || memcmp(e->d_name + nl - sl, suf, sl)) continue;
+        long v = 0;
+        size_t i = pl;
+        for (; i < nl - sl && e->d_name[i] >= '0' && e->d_name[i] <= '9' && v <= TZR_SHARD_MAX; i++)
+            v = v * 10 + (e->d_name[i] - '0');
+        char want[8300]; /* r-0010 is not rank 10 of r-%03d */
+        if (i == nl - sl && v > k && v <= TZR_SHARD_MAX && v > best &&
+            !tzr_shard_rank_path(want, sizeof want, pattern, (int)v) && strcmp(want + base, e->d_name) == 0)
+            best = (int)v;
+    }
+    closedir(d);
+    return best;
+}
+
+/* Rank k is missing: an error when a higher rank exists (a set with a
+ * hole would load as a smaller model), else 0: the set ends at k. The
+ * next few ranks are probed wherever the set is; a local directory is
+ * also scanned for the pattern. */
+#define RANK_PROBES 3
+static int check_end(const char *pattern, int k, const char *path, int denied) {
+    char probe[8300];
+    int found = -1;
+    for (int j = k + 1; j <= k + RANK_PROBES && j < TZR_SHARD_MAX && found < 0; j++) {
+        int rc = rank_exists(pattern, j, probe, sizeof probe);
+        if (rc < 0) return rc;
+        if (rc) found = j;
+    }
+    if (found < 0 && (found = rank_in_dir(pattern, k)) >= 0) tzr_shard_rank_path(probe, sizeof probe, pattern, found);
+    if (found < 0) return 0;
+    return tzr_fail(TZR_ENOTFOUND, "%s: rank %d's file (%s) is %s, but rank %d's (%s) exists", pattern, k, path,
+                    denied ? "not readable (HTTP 403: missing, or access denied)" : "missing", found, probe);
 }
 
 static int add_tensor(tzr_shard_set *s, const shard_rules *rules, size_t i0) {
@@ -125,9 +210,17 @@ int shard_open_ranks(tzr_shard_set *s, const char *pattern, const char *rules_te
             }
             s->readers = g;
         }
-        int missing;
+        int missing, denied;
         s->readers[n] = NULL;
-        if ((rc = open_rank(s, path, &s->readers[n], &missing)) || missing) break;
+        if (n > 0 && strcmp(path, tzr_reader_source(s->readers[n - 1])->name) == 0) {
+            rc = tzr_fail(TZR_EINVAL, "%s: ranks %d and %d both name %s", pattern, n - 1, n, path);
+            break;
+        }
+        if ((rc = open_rank(s, path, n, &s->readers[n], &missing, &denied))) break;
+        if (missing) {
+            if (n > 0) rc = check_end(pattern, n, path, denied);
+            break;
+        }
         n++;
     }
     s->tb.nshards = n;

@@ -14,6 +14,9 @@ The first path component selects a fault mode: /MODE/NAME serves DIR/NAME.
   ralong   every 2nd GET answers 503 (Retry-After: 3600)
   cut      every 2nd GET sends half of its body, then closes the connection
   stall    every 2nd GET sends half of its body, then stalls for 60 s
+  gate     every 2nd GET sends half of its body, then waits until the file
+           DIR/gate.open exists and sends the rest (a writer held mid-write
+           for exactly as long as the test needs)
   etag     after 3 GETs the ETag changes (the object was "replaced")
   die      after 3 GETs the server process exits
   norange  ignores Range (always 200 with the whole file)
@@ -31,6 +34,7 @@ The first path component selects a fault mode: /MODE/NAME serves DIR/NAME.
   silentget  HEAD is fine, GETs are never answered
   partfail   a minimal S3 multipart target (bucket = mode): UploadPart of
            part 2 answers 403 AccessDenied; abort is logged
+  deny     a missing name answers 403, as S3 does without s3:ListBucket
   partretry  the same target, where the first PUT of every part answers
            503 and the retry succeeds; CompleteMultipartUpload writes the
            assembled object to DIR/KEY
@@ -110,7 +114,7 @@ class H(BaseHTTPRequestHandler):
         self._log()
         mode, path = self._resolve()
         if not path:
-            return self._send_simple(404)
+            return self._send_simple(403 if mode == "deny" else 404)
         if mode == "silent":
             return self._silent()
         if mode == "loop":
@@ -131,7 +135,7 @@ class H(BaseHTTPRequestHandler):
         self._log()
         mode, path = self._resolve()
         if not path:
-            return self._send_simple(404)
+            return self._send_simple(403 if mode == "deny" else 404)
         if mode in ("silent", "silentget"):
             return self._silent()
         if mode in ("loop", "loopget"):
@@ -178,8 +182,18 @@ class H(BaseHTTPRequestHandler):
             self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, size))
         self.end_headers()
         cut = (mode in ("cut", "stall")) and n % 2 == 0
+        gated = mode == "gate" and n % 2 == 0
         with open(path, "rb") as f:
             f.seek(start)
+            if gated:
+                half = max(1, length // 2)
+                self.wfile.write(f.read(half))
+                self.wfile.flush()
+                while not os.path.exists(os.path.join(ROOT, "gate.open")):
+                    time.sleep(0.05)
+                self.wfile.write(f.read(length - half))
+                self.wfile.flush()
+                return
             left = length if not cut else max(1, length // 2)
             while left > 0:
                 chunk = f.read(min(left, 1 << 20))

@@ -23,9 +23,30 @@ void cli_error(const char *fmt, ...) {
     va_end(ap);
 }
 
+const char *cli_index_option;
+
+const char *cli_printable(const char *s, char *buf, size_t cap) {
+    size_t o = 0;
+    for (; *s && o + 8 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != 0x7f && c != '\\') buf[o++] = (char)c;
+        else o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+    }
+    if (*s) memcpy(buf + o, "...", 4);
+    else buf[o] = 0;
+    return buf;
+}
+
+void cli_lib_message(const char *msg) {
+    if (cli_index_option && strstr(msg, "index full"))
+        cli_error("%s; with this tool: %s N (the input needs a larger index than the default 262144 bytes)", msg,
+                  cli_index_option);
+    else cli_error("%s", msg);
+}
+
 int cli_lib_error(int rc) {
     const char *msg = tzr_last_error();
-    if (msg && *msg) cli_error("%s", msg);
+    if (msg && *msg) cli_lib_message(msg);
     else cli_error("%s", tzr_strerror(rc));
     return EXIT_FAIL;
 }

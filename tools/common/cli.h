@@ -16,6 +16,14 @@ extern const char *cli_prog;
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print "prog: <library message>" for a failed libtzr call; returns EXIT_FAIL. */
 int cli_lib_error(int rc);
+/* The tool's option for the index reservation ("--index-bytes"), named by
+ * cli_lib_error in an "index full" message; NULL: the tool has none. */
+extern const char *cli_index_option;
+/* name for a terminal: control bytes, DEL and backslash as \xNN (as the
+ * library's messages show them), cut with "..." to fit cap (>= 16). */
+const char *cli_printable(const char *name, char *buf, size_t cap);
+/* Print "prog: msg" for a library message kept earlier (as cli_lib_error). */
+void cli_lib_message(const char *msg);
 
 /* Key material from --key-file (exactly 32 raw bytes) or --password-file
  * (contents less one trailing newline). Returns 0 or prints and returns -1. */
