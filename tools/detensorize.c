@@ -464,6 +464,13 @@ static char *export_name(const tzr_tensor_info *t) {
 static int export_tensors(const opts *o, tzr_reader *r) {
     tzr_writer *w;
     int rc = tzr_writer_open(&w, o->output, NULL);
+    uint64_t n = 0, names = 0, dtypes = 0, dims = 0, bytes = 0; /* the index sized for every tensor copied */
+    for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        if (!selected(o, t)) continue;
+        n++, names += t->name_len, dtypes += t->dtype_len, dims += t->ndim, bytes += t->nbytes;
+    }
+    if (!rc) rc = tzr_writer_reserve(w, n, names, dtypes, dims, bytes);
     for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;

@@ -260,6 +260,7 @@ _SIGS = {
     "tzr_writer_add": (c_int, [_P, POINTER(TensorDesc), _P]),
     "tzr_writer_add_borrowed": (c_int, [_P, POINTER(TensorDesc), _P]),
     "tzr_writer_close": (c_int, [_P]),
+    "tzr_writer_reserve": (c_int, [_P, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64]),
     "tzr_writer_abort": (None, [_P]),
     "tzr_sink_free": (None, [_P]),
     "tzr_sink_host_table_new": (c_int, [_PP, _PP, POINTER(c_uint64), c_size_t]),

@@ -541,6 +541,7 @@ class TensorSerializer:
                 self._opened.done()
                 self._opened.raise_caught(_lib.error(rc))
         self._h = h
+        self._written = 0  # tensors written: the index is sized before the first
         self.total_tensor_bytes = 0
 
     def _handle(self):
@@ -587,20 +588,50 @@ class TensorSerializer:
             self._borrowed.append(t)
         else:
             self._check(lib.tzr_writer_add(h, byref(d), None if meta or nbytes == 0 else ptr))
+        self._written += 1
         if not meta:
             self.total_tensor_bytes += nbytes
 
+    def _reserve(self, items):
+        """Size the index for these (name, tensor) pairs before the first
+        write (tzr_writer_reserve): tensorizer's 256 KiB when it suffices,
+        else exactly their entries. Later writes keep the reservation."""
+        if self._written or not items:
+            return
+        names = dtypes = dims = nbytes = 0
+        try:
+            for name, t in items:
+                if torch is not None and isinstance(t, torch.Tensor):
+                    dts, nd = _dtypes.from_torch(t.dtype), t.dim()
+                    nbytes += 0 if t.is_meta else t.numel() * t.element_size()
+                else:
+                    a = np.asarray(t)
+                    dts, nd = _dtypes.from_numpy(a.dtype), a.ndim
+                    nbytes += a.nbytes
+                names += len(encode_name(name))
+                dtypes += len(dts)
+                dims += nd
+        except (TypeError, ValueError, NotImplementedError):
+            return  # write_tensor raises it for the tensor at fault
+        self._check(lib.tzr_writer_reserve(self._handle(), len(items), names, dtypes, dims, nbytes))
+
     def write_module(self, m, remove_tensors=False, *, include_non_persistent_buffers=True):
+        items = []
         for idx, (mname, sub) in enumerate(m.named_modules()):
             for pname, p in sub.named_parameters(recurse=False):
-                self.write_tensor(idx, "%s.%s" % (mname, pname), TensorType.PARAM, p)
+                items.append((idx, "%s.%s" % (mname, pname), TensorType.PARAM, p))
             skip = () if include_non_persistent_buffers else getattr(sub, "_non_persistent_buffers_set", ())
             for bname, b in sub.named_buffers(recurse=False):
                 if bname not in skip:
-                    self.write_tensor(idx, "%s.%s" % (mname, bname), TensorType.BUFFER, b)
+                    items.append((idx, "%s.%s" % (mname, bname), TensorType.BUFFER, b))
+        self._reserve([(name, t) for _, name, _, t in items])
+        for idx, name, kind, t in items:
+            self.write_tensor(idx, name, kind, t)
 
     def write_state_dict(self, state_dict):
-        for path, t in _flatten(state_dict):
+        items = list(_flatten(state_dict))
+        self._reserve(items)
+        for path, t in items:
             self.write_tensor(0, path, TensorType.STATE_DICT, t)
 
     def close(self):
