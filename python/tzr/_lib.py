@@ -134,7 +134,7 @@ class LoadOptions(Structure):
                 ("on_tensor", c_void_p), ("on_tensor_ctx", c_void_p),
                 ("progress", PROGRESS_FN), ("progress_ctx", c_void_p),
                 ("cancel", c_void_p), ("on_tensor_error", c_void_p), ("on_tensor_error_ctx", c_void_p),
-                ("select", c_void_p), ("select_ctx", c_void_p)]
+                ("select", c_void_p), ("select_ctx", c_void_p), ("verify_level", c_int)]
 
 
 class LoadStats(Structure):

@@ -85,6 +85,16 @@ class TensorEntry:
         return self.data_length if self.data_length > 0 else int(np.prod(self.shape)) * _dtypes.to_numpy(self.dtype.encode()).itemsize
 
 
+def _verify_arg(v):
+    """verify_hash: True or "full" (CRC32 and SHA-256, tensorizer's
+    meaning), "crc32" (CRC32 only), False/None (no check)."""
+    if isinstance(v, str):
+        if v not in ("full", "crc32"):
+            raise ValueError('verify_hash: True, False, "full" or "crc32", not %r' % v)
+        return True if v == "full" else v
+    return bool(v)
+
+
 # ------------------------------------------------------------------ names
 def encode_name(path):
     """Stored name bytes: a lone string stays plain, any other path is
@@ -215,7 +225,7 @@ class TensorDeserializer(abc.Mapping):
                 raise ValueError("num_readers must be positive")
         self._device, self._cuda = _resolve_device(device)
         self._dtype = dtype
-        self._verify = bool(verify_hash)
+        self._verify = _verify_arg(verify_hash)
         self._progress = progress
         self._file = None if _io.is_path(file_obj) or isinstance(file_obj, int) else file_obj
         try:
@@ -414,7 +424,7 @@ class TensorDeserializer(abc.Mapping):
         groups = {}
         for i, (p, n, dev) in direct.items():
             groups.setdefault(dev, {})[i] = (p, n)
-        verify = self._verify if verify_hash is None else verify_hash
+        verify = self._verify if verify_hash is None else _verify_arg(verify_hash)
         for dev, dests in groups.items():
             self._reader.load(dests, dev, verify, self._progress)
         rest = [e for e, _, _, _ in plan if e.index not in direct and e.index not in superseded]
