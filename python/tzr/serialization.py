@@ -593,11 +593,17 @@ class TensorSerializer:
                             type=_lib.int_arg("tensor_type", tensor_type, 0, 2),
                             module_idx=_lib.int_arg("module_idx", idx, 0, 65535), dtype_str=ctypes.cast(db, c_void_p), dtype_len=len(dts),
                             dtype=0, ndim=len(shape), shape=dims, meta=1 if meta else 0)
-        if borrow and nbytes:
-            self._check(lib.tzr_writer_add_borrowed(h, byref(d), ptr))
-            self._borrowed.append(t)
-        else:
-            self._check(lib.tzr_writer_add(h, byref(d), None if meta or nbytes == 0 else ptr))
+        try:
+            if borrow and nbytes:
+                self._check(lib.tzr_writer_add_borrowed(h, byref(d), ptr))
+                self._borrowed.append(t)
+            else:
+                self._check(lib.tzr_writer_add(h, byref(d), None if meta or nbytes == 0 else ptr))
+        except _lib.TzrError as e:
+            if "index full" in e.message:  # one at a time, the writer cannot know what comes
+                e.message += "; write_state_dict and write_module size the index for all their tensors"
+                e.args = (e.message,)
+            raise
         self._written += 1
         if not meta:
             self.total_tensor_bytes += nbytes
