@@ -387,6 +387,18 @@ TZR_API int tzr_writer_open(tzr_writer **out, const char *path,
 /* Open on an output; the writer owns it from now on (freed on failure). */
 TZR_API int tzr_writer_open_output(tzr_writer **out, tzr_output *output,
                                    const tzr_writer_options *opt);
+/* Size the index for the tensors about to be added, before the first one:
+ * their count, and the sums of their name lengths, dtype-string lengths
+ * (tzr_dtype_string's for an enum dtype), dimension counts and data
+ * bytes. The reservation becomes exactly what their index entries need
+ * (formats/tensorizer.md 3; a compressed writer adds its frame directory),
+ * or stays tensorizer's 262144 bytes when that suffices, so such files
+ * keep tensorizer's bytes. Without it a writer keeps 262144 bytes (about
+ * 4,500 small tensors) and a later add fails "index full" (TZR_ELIMIT).
+ * A metadata_size given in the options is kept as given. TZR_EINVAL
+ * after the first tensor; TZR_ELIMIT above 1 GiB. */
+TZR_API int tzr_writer_reserve(tzr_writer *w, uint64_t tensors, uint64_t name_bytes, uint64_t dtype_bytes,
+                               uint64_t dims, uint64_t data_bytes);
 /* Append one tensor; data holds itemsize*numel bytes (ignored for meta). */
 TZR_API int tzr_writer_add(tzr_writer *w, const tzr_tensor_desc *desc, const void *data);
 /* Append one tensor whose bytes are read from src at [offset, offset +

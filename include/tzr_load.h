@@ -104,6 +104,14 @@ typedef int (*tzr_select_fn)(void *ctx, size_t index, const tzr_tensor_info *t, 
 typedef void (*tzr_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
 enum { TZR_DIRECT_AUTO = 0, TZR_DIRECT_ON = 1, TZR_DIRECT_OFF = 2 };
+/* What a verifying load checks. FULL: CRC32 and SHA-256, as tensorizer's
+ * verify_hash. CRC32: CRC32 only, several times cheaper; it catches
+ * accidental damage (bit flips, truncation, misplaced bytes) but, like
+ * SHA-256 in an unencrypted file, not a deliberate change (neither is
+ * keyed). Encrypted tensors store no CRC32: at this level only their
+ * Poly1305 MACs, checked by every decryption, vouch for them; an
+ * unencrypted tensor that stores no CRC32 gets its SHA-256 checked. */
+enum { TZR_VERIFY_FULL = 0, TZR_VERIFY_CRC32 = 1 };
 
 typedef struct tzr_load_options {
     size_t struct_size;
@@ -135,10 +143,11 @@ typedef struct tzr_load_options {
      * since frames and hashes cover them whole. */
     tzr_select_fn select;
     void *select_ctx;
+    int verify_level;         /* TZR_VERIFY_FULL (0) or TZR_VERIFY_CRC32 */
 } tzr_load_options;
 
 #define TZR_LOAD_OPTIONS_INIT \
-    { sizeof(tzr_load_options), 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    { sizeof(tzr_load_options), 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* What a load did (for tools and benchmarks). */
 typedef struct tzr_load_stats {

@@ -180,8 +180,8 @@ check output_dir_missing_exit_1 test $? = 1
 check bench_write_runs_every_case sh -c "test \$(grep -c '^| .*x |' '$T/wb.out') = 8 && grep -q '2 shards' '$T/wb.out'"
 check bench_write_leaves_nothing sh -c "! ls '$T' | grep -q tzr-bench-write"
 # MoE-sized inputs: 6,000 tensors overflow tensorizer's 256 KiB index.
-# Every "index full" names --index-bytes, and every writer path takes it
-# (detensorize -o X.tensors too).
+# Both tools size the index for their tensors; an --index-bytes too small
+# fails naming the option (detensorize -o X.tensors takes it too).
 python3 - "$T/moe.safetensors" <<'PY'
 import json, struct, sys
 hdr = {"model.layers.%d.mlp.experts.%d.w%d.weight" % (i // 300, (i // 3) % 100, i % 3):
@@ -190,17 +190,22 @@ h = json.dumps(hdr).encode()
 h += b" " * (-len(h) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4 * 6000))
 PY
-$TZ -q "$T/moe.safetensors" -o "$T/moe.tensors" 2> "$T/moe.err"; rc=$?
+$TZ -q "$T/moe.safetensors" -o "$T/moe.tensors" --index-bytes 262144 2> "$T/moe.err"; rc=$?
 check index_full_names_option sh -c "test $rc = 1 && grep -q 'index full.*--index-bytes N' '$T/moe.err' && test ! -e '$T/moe.tensors'"
 mkdir "$T/moesh"
-$TZ -q "$T/moe.safetensors" --shards 2 -o "$T/moesh/m.tensors" 2> "$T/moesh.err"; rc=$?
+$TZ -q "$T/moe.safetensors" --shards 2 -o "$T/moesh/m.tensors" --index-bytes 65536 2> "$T/moesh.err"; rc=$?
 check index_full_shards_names_option sh -c "test $rc = 1 && grep -q 'index full.*--index-bytes N' '$T/moesh.err'"
-$TZ -q "$T/moe.safetensors" -o "$T/moe.tensors" --index-bytes 1048576
-check index_bytes_fits_moe $DT "$T/moe.tensors" --verify
-$DT "$T/moe.tensors" -q -o "$T/moe2.tensors" 2> "$T/moe2.err"; rc=$?
+$TZ -q "$T/moe.safetensors" --shards 2 -o "$T/moesh/m.tensors"
+check index_sized_shards_moe $DT "$T/moesh/m.tzr-index.json" --verify
+$TZ -q "$T/moe.safetensors" -o "$T/moe.tensors"
+check index_sized_moe $DT "$T/moe.tensors" --verify
+$DT "$T/moe.tensors" -q -o "$T/moe2.tensors" --index-bytes 65536 2> "$T/moe2.err"; rc=$?
 check detensorize_index_full_names_option sh -c "test $rc = 1 && grep -q 'index full.*--index-bytes N' '$T/moe2.err' && test ! -e '$T/moe2.tensors'"
-$DT "$T/moe.tensors" -q -o "$T/moe2.tensors" --index-bytes 1048576
-check detensorize_index_bytes_copy cmp "$T/moe2.tensors" "$T/moe.tensors"
+$DT "$T/moe.tensors" -q -o "$T/moe2.tensors"
+check detensorize_index_sized_copy cmp "$T/moe2.tensors" "$T/moe.tensors"
+$TZ -q "$T/moe.safetensors" -o "$T/moe3.tensors" --index-bytes 1048576
+$DT "$T/moe3.tensors" -q -o "$T/moe4.tensors" --index-bytes 1048576
+check detensorize_index_bytes_copy cmp "$T/moe4.tensors" "$T/moe3.tensors"
 $DT "$T/moe.tensors" --verify --index-bytes 1048576 2> /dev/null
 check detensorize_index_bytes_needs_tensors_out test $? = 2
 # A safetensors file cut inside its header says truncated, with the sizes.

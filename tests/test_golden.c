@@ -207,6 +207,13 @@ static int write_manifest_tensors(const golden_file *g, const char *out, const t
     tzr_writer *w;
     int rc = tzr_writer_open(&w, out, wo);
     if (rc) return rc;
+    /* Declared up front, as tensorize does: files this small keep 256 KiB. */
+    uint64_t names = 0, dtypes = 0, dims = 0;
+    for (size_t i = 0; i < g->n; i++) names += g->t[i].name_len, dtypes += g->t[i].dtype_len, dims += g->t[i].ndim;
+    if ((rc = tzr_writer_reserve(w, g->n, names, dtypes, dims, 0))) {
+        tzr_writer_abort(w);
+        return rc;
+    }
     for (size_t i = 0; i < g->n; i++) {
         const golden_tensor *e = &g->t[i];
         tzr_tensor_desc d = {0};
@@ -367,6 +374,52 @@ static void writer_index_overflow(void) {
     tzr_reader_free(r);
 }
 
+/* tzr_writer_reserve: the index is exactly the declared entries once they
+ * outgrow 256 KiB; only before the first tensor; metadata_size wins. */
+static void writer_reserve(void) {
+    char out[512];
+    snprintf(out, sizeof out, "%s/reserve.tensors", check_tmpdir());
+    enum { N = 20000 };
+    tzr_writer *w;
+    CHECK_OK(tzr_writer_open(&w, out, NULL));
+    uint64_t shape[1] = {1}, names = 0;
+    char name[32];
+    for (int i = 0; i < N; i++) names += (uint64_t)snprintf(name, sizeof name, "moe.%d", i);
+    CHECK_OK(tzr_writer_reserve(w, N, names, 3 * N, N, 4 * N));
+    float v = 2;
+    tzr_tensor_desc d = {name, 0, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, shape, 0};
+    for (int i = 0; i < N; i++) {
+        d.name_len = (size_t)snprintf(name, sizeof name, "moe.%d", i);
+        CHECK_OK(tzr_writer_add(w, &d, &v));
+    }
+    CHECK_RC(tzr_writer_reserve(w, 1, 1, 3, 1, 4), TZR_EINVAL); /* records are placed */
+    CHECK_OK(tzr_writer_close(w));
+    size_t len = 0;
+    unsigned char *b = check_read_file(out, &len);
+    uint64_t m = 0;
+    for (int k = 7; b && len > 73 && k >= 0; k--) m = m << 8 | b[65 + k];
+    /* 29 + name + "<f4" + one dim, per formats/tensorizer.md 3 */
+    CHECKF(m == 36ull * N + names, "index %llu bytes", (unsigned long long)m);
+    free(b);
+    tzr_reader *r;
+    CHECK_OK(tzr_reader_open(&r, out, NULL));
+    CHECK(r && tzr_reader_count(r) == N);
+    tzr_reader_free(r);
+
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    wo.metadata_size = 100; /* an override: reserve keeps it */
+    CHECK_OK(tzr_writer_open(&w, out, &wo));
+    CHECK_OK(tzr_writer_reserve(w, 3, 6, 9, 3, 12));
+    d.name = "t0", d.name_len = 2;
+    CHECK_OK(tzr_writer_add(w, &d, &v));
+    d.name = "t1";
+    CHECK_OK(tzr_writer_add(w, &d, &v));
+    d.name = "t2";
+    CHECK_RC(tzr_writer_add(w, &d, &v), TZR_ELIMIT);
+    CHECK(strstr(tzr_last_error(), "metadata_size") != NULL);
+    tzr_writer_abort(w);
+}
+
 static void writer_atomic(void) {
     char out[512];
     snprintf(out, sizeof out, "%s/atomic.tensors", check_tmpdir());
@@ -409,6 +462,7 @@ int main(void) {
     RUN(encrypted_round_trip);
     RUN(writer_rejects);
     RUN(writer_index_overflow);
+    RUN(writer_reserve);
     RUN(writer_atomic);
     return check_done();
 }

@@ -28,8 +28,11 @@ static const char usage[] =
     "      --json              with --list: a JSON array, one object per tensor (\"dtype\":\n"
     "                          the stored tensorizer string; \"dtype_name\": bf16, f32, ...)\n"
     "      --sha256            with --list: add data_sha256 (SHA-256 of the loaded bytes)\n"
-    "  -V, --verify            check every CRC32/SHA-256; one line per bad tensor;\n"
-    "                          exit 0 only if all match\n"
+    "  -V, --verify[=LEVEL]    check every tensor's hashes; one line per bad tensor;\n"
+    "                          exit 0 only if all match. LEVEL full (default): CRC32\n"
+    "                          and SHA-256, as tensorizer; crc32: CRC32 only, faster,\n"
+    "                          catches damage, not a deliberate change (neither hash\n"
+    "                          is keyed; encrypted tensors are checked by their MACs)\n"
     "  -o, --output OUT        export to OUT (.safetensors, with __metadata__ {\"format\": \"pt\"};\n"
     "                          .tensors: an uncompressed copy); every CRC32/SHA-256 is\n"
     "                          checked on the way, a mismatch fails and writes nothing\n"
@@ -67,6 +70,7 @@ typedef struct opts {
     int nfiles;
     int list, json, sha, verify, quiet, no_verify, force;
     uint64_t index_bytes; /* -o X.tensors: index reservation (0: tensorizer's) */
+    int verify_level;  /* --verify=LEVEL: TZR_VERIFY_* */
     const char **filters;
     int nfilters;
     const char *rank_rules;
@@ -383,6 +387,7 @@ static int do_verify(const opts *o, tzr_reader *r) {
     tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
     load_options(o, &lo, &pr);
     lo.verify = 1;
+    lo.verify_level = o->verify_level;
     lo.filter = verify_filter;
     lo.filter_ctx = &v;
     lo.on_tensor = verify_done;
@@ -406,7 +411,9 @@ static int do_verify(const opts *o, tzr_reader *r) {
     char sz[32];
     fprintf(stderr, "%s: %zu tensors checked, %zu bad, %s in %.2f s (%.2f GB/s)\n", o->file, checked, bad,
             cli_size(total, sz, sizeof sz), secs, secs > 0 ? (double)total / secs / 1e9 : 0);
-    if (!bad) printf("OK %s: all %zu tensors match their hashes\n", o->file, checked);
+    if (!bad)
+        printf("OK %s: all %zu tensors match their %s\n", o->file, checked,
+               o->verify_level == TZR_VERIFY_CRC32 ? "CRC32 (SHA-256 not checked)" : "hashes");
     free(v.done);
     tzr_sink_free(null);
     return bad ? EXIT_FAIL : EXIT_OK;
@@ -470,9 +477,16 @@ static char *export_name(const tzr_tensor_info *t) {
 static int export_tensors(const opts *o, tzr_reader *r) {
     tzr_writer *w;
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
-    wo.metadata_size = o->index_bytes;
+    wo.metadata_size = o->index_bytes; /* an override: tzr_writer_reserve then keeps it */
     wo.no_replace = !o->force; /* a file another run created meanwhile is not replaced either */
     int rc = tzr_writer_open(&w, o->output, &wo);
+    uint64_t n = 0, names = 0, dtypes = 0, dims = 0, bytes = 0; /* the index sized for every tensor copied */
+    for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+        if (!selected(o, t)) continue;
+        n++, names += t->name_len, dtypes += t->dtype_len, dims += t->ndim, bytes += t->nbytes;
+    }
+    if (!rc) rc = tzr_writer_reserve(w, n, names, dtypes, dims, bytes);
     for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         if (!selected(o, t)) continue;
@@ -730,7 +744,7 @@ static int run(opts *o, int argc, char **argv) {
            O_RULES, O_INDEX };
     static const struct option longs[] = {
         {"list", no_argument, 0, 'l'},          {"json", no_argument, 0, O_JSON},
-        {"sha256", no_argument, 0, O_SHA},      {"verify", no_argument, 0, 'V'},
+        {"sha256", no_argument, 0, O_SHA},      {"verify", optional_argument, 0, 'V'},
         {"output", required_argument, 0, 'o'},  {"filter", required_argument, 0, 'f'},
         {"key-file", required_argument, 0, O_KEY}, {"password-file", required_argument, 0, O_PW},
         {"threads", required_argument, 0, O_THREADS}, {"chunk-mib", required_argument, 0, O_CHUNK},
@@ -746,7 +760,15 @@ static int run(opts *o, int argc, char **argv) {
         case 'l': o->list = 1; break;
         case O_JSON: o->json = 1; break;
         case O_SHA: o->sha = 1; break;
-        case 'V': o->verify = 1; break;
+        case 'V':
+            o->verify = 1;
+            if (!optarg || strcmp(optarg, "full") == 0) o->verify_level = TZR_VERIFY_FULL;
+            else if (strcmp(optarg, "crc32") == 0) o->verify_level = TZR_VERIFY_CRC32;
+            else {
+                cli_error("--verify=%s: the level is full or crc32", optarg);
+                return EXIT_USAGE;
+            }
+            break;
         case 'o': o->output = optarg; break;
         case 'f': o->filters[o->nfilters++] = optarg; break;
         case O_KEY: if (cli_load_key_file(&o->crypt, optarg)) return EXIT_USAGE; break;

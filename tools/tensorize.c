@@ -42,8 +42,9 @@ static const char usage[] =
     "      --direct            write whole blocks with O_DIRECT where the file system\n"
     "                          allows (a checkpoint larger than memory neither fills\n"
     "                          the page cache nor evicts what else runs here)\n"
-    "      --index-bytes N     index reservation, 1 to 2^30 (default 262144, as tensorizer; with\n"
-    "                          --compress, enough for the frame directory too)\n"
+    "      --index-bytes N     index reservation, 1 to 2^30 (default: what the tensors' entries\n"
+    "                          need, at least tensorizer's 262144; with --compress, the frame\n"
+    "                          directory too)\n"
     "      --compress zstd[:L] zstd frames, byte planes for 2/4-byte dtypes (level L,\n"
     "                          1 to 22, default 1); libtzr extension: tensorizer refuses such files\n"
     "      --shards N          write N (1 to 99999) rank shards PREFIX-rank-0000k-of-0000N.tensors and\n"
@@ -63,12 +64,14 @@ static const char usage[] =
     "(SIGINT 130, SIGHUP 129, SIGTERM 143: the temporary file is removed and the\n"
     "message says what was kept).\n";
 
-/* What a tensor takes in the index reservation of a compressed output: its
- * entry and, in the frame directory (formats/tensorizer.md 11.5), its
- * compression block, one u32 per 4 MiB frame (the writer's default). */
-static uint64_t reserved_for(size_t name_len, size_t dtype_len, uint32_t ndim, uint64_t nbytes) {
-    return 29 + name_len + dtype_len + 4 * (uint64_t)ndim + 26 + 4 * ((nbytes + (4u << 20) - 1) / (4u << 20));
+/* What a tensor takes in the index reservation: its entry
+ * (formats/tensorizer.md 3) and, in a compressed output, its compression
+ * block in the frame directory (11.5), one u32 per 4 MiB frame (the
+ * writer's default). */
+static uint64_t entry_bytes(size_t name_len, size_t dtype_len, uint32_t ndim) {
+    return 29 + name_len + dtype_len + 4 * (uint64_t)ndim;
 }
+static uint64_t dir_bytes(uint64_t nbytes) { return 26 + 4 * ((nbytes + (4u << 20) - 1) / (4u << 20)); }
 
 /* --split-dim against one tensor: a bad rule, or one naming a dimension
  * the tensor lacks, is a usage error found before anything is written. */
@@ -107,25 +110,28 @@ static void input_close(input *in) {
 }
 
 /* One pass over the opened inputs: returns their tensor bytes (the
- * progress bar's total); when compressing, *index_bytes becomes a
- * reservation that also holds the frame directory, so readers get every
- * frame table at open, and at least tensorizer's 256 KiB. *bad_rules is
- * set when --split-dim does not fit some tensor (printed). */
+ * progress bar's total). Unless --index-bytes gave it, *index_bytes
+ * becomes the reservation their entries need (and, compressed, the frame
+ * directory, so readers get every frame table at open), at least
+ * tensorizer's 256 KiB, so files that fit it keep tensorizer's bytes.
+ * Shard files hold at most every tensor, with the same names and ranks.
+ * *bad_rules is set when --split-dim does not fit some tensor (printed). */
 static uint64_t scan_inputs(const input *in, int n, int compress, uint64_t *index_bytes, const char *rules,
                             int *bad_rules) {
-    uint64_t total = 0, need = 16 + 4096; /* directory prefix, slack */
+    uint64_t total = 0, entries = 0, dir = 16 + 4096; /* directory prefix, slack */
     for (int i = 0; i < n; i++)
         for (int k = 0; k < input_nfiles(&in[i]); k++) {
             tzr_reader *r = input_file(&in[i], k);
             for (size_t j = 0; j < tzr_reader_count(r) && !*bad_rules; j++) {
                 const tzr_tensor_info *t = tzr_reader_tensor(r, j);
-                need += reserved_for(t->name_len, t->dtype_len, t->ndim, t->nbytes); /* safetensors: tensorizer's string */
+                entries += entry_bytes(t->name_len, t->dtype_len, t->ndim); /* safetensors: tensorizer's string */
+                dir += dir_bytes(t->nbytes);
                 *bad_rules = !rules_ok(rules, t->name, t->name_len, t->ndim);
                 total += t->nbytes;
             }
         }
-    if (compress) {
-        need = (need + 4095) / 4096 * 4096;
+    if (!*index_bytes) {
+        uint64_t need = compress ? (entries + dir + 4095) / 4096 * 4096 : entries;
         *index_bytes = need > 262144 ? need : 262144;
     }
     return total;
@@ -378,7 +384,7 @@ int main(int argc, char **argv) {
             close_inputs(inputs, ninputs);
             return EXIT_FAIL;
         }
-    uint64_t total = scan_inputs(inputs, ninputs, zlevel >= 0 && !index_bytes, &wo.metadata_size, rules, &bad_rules);
+    uint64_t total = scan_inputs(inputs, ninputs, zlevel >= 0, &wo.metadata_size, rules, &bad_rules);
     if (bad_rules) {
         close_inputs(inputs, ninputs);
         return EXIT_USAGE;

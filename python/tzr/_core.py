@@ -162,6 +162,7 @@ def load_table(reader_handle, count, dests, device=None, verify=None, progress=N
     opt = _lib.load_options(filter=_lib.FILTER_MASK, filter_ctx=ctypes.cast(mask, c_void_p))
     if verify is not None:
         opt.verify = 1 if verify else 0
+        opt.verify_level = 1 if verify == "crc32" else 0  # TZR_VERIFY_CRC32, else _FULL
     cb = progress_callback(progress)
     if cb is not None:
         opt.progress = cb

@@ -134,7 +134,7 @@ class LoadOptions(Structure):
                 ("on_tensor", c_void_p), ("on_tensor_ctx", c_void_p),
                 ("progress", PROGRESS_FN), ("progress_ctx", c_void_p),
                 ("cancel", c_void_p), ("on_tensor_error", c_void_p), ("on_tensor_error_ctx", c_void_p),
-                ("select", c_void_p), ("select_ctx", c_void_p)]
+                ("select", c_void_p), ("select_ctx", c_void_p), ("verify_level", c_int)]
 
 
 class LoadStats(Structure):
@@ -260,6 +260,7 @@ _SIGS = {
     "tzr_writer_add": (c_int, [_P, POINTER(TensorDesc), _P]),
     "tzr_writer_add_borrowed": (c_int, [_P, POINTER(TensorDesc), _P]),
     "tzr_writer_close": (c_int, [_P]),
+    "tzr_writer_reserve": (c_int, [_P, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64]),
     "tzr_writer_abort": (None, [_P]),
     "tzr_sink_free": (None, [_P]),
     "tzr_sink_host_table_new": (c_int, [_PP, _PP, POINTER(c_uint64), c_size_t]),

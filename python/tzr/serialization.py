@@ -85,6 +85,16 @@ class TensorEntry:
         return self.data_length if self.data_length > 0 else int(np.prod(self.shape)) * _dtypes.to_numpy(self.dtype.encode()).itemsize
 
 
+def _verify_arg(v):
+    """verify_hash: True or "full" (CRC32 and SHA-256, tensorizer's
+    meaning), "crc32" (CRC32 only), False/None (no check)."""
+    if isinstance(v, str):
+        if v not in ("full", "crc32"):
+            raise ValueError('verify_hash: True, False, "full" or "crc32", not %r' % v)
+        return True if v == "full" else v
+    return bool(v)
+
+
 # ------------------------------------------------------------------ names
 def encode_name(path):
     """Stored name bytes: a lone string stays plain, any other path is
@@ -215,7 +225,7 @@ class TensorDeserializer(abc.Mapping):
                 raise ValueError("num_readers must be positive")
         self._device, self._cuda = _resolve_device(device)
         self._dtype = dtype
-        self._verify = bool(verify_hash)
+        self._verify = _verify_arg(verify_hash)
         self._progress = progress
         self._file = None if _io.is_path(file_obj) or isinstance(file_obj, int) else file_obj
         try:
@@ -416,7 +426,7 @@ class TensorDeserializer(abc.Mapping):
         groups = {}
         for i, (p, n, dev) in direct.items():
             groups.setdefault(dev, {})[i] = (p, n)
-        verify = self._verify if verify_hash is None else verify_hash
+        verify = self._verify if verify_hash is None else _verify_arg(verify_hash)
         for dev, dests in groups.items():
             self._reader.load(dests, dev, verify, self._progress)
         rest = [e for e, _, _, _ in plan if e.index not in direct and e.index not in superseded]
@@ -543,6 +553,7 @@ class TensorSerializer:
                 self._opened.done()
                 _io.check_caught(self._opened, rc)
         self._h = h
+        self._written = 0  # tensors written: the index is sized before the first
         self.total_tensor_bytes = 0
 
     def _handle(self):
@@ -580,25 +591,61 @@ class TensorSerializer:
                             type=_lib.int_arg("tensor_type", tensor_type, 0, 2),
                             module_idx=_lib.int_arg("module_idx", idx, 0, 65535), dtype_str=ctypes.cast(db, c_void_p), dtype_len=len(dts),
                             dtype=0, ndim=len(shape), shape=dims, meta=1 if meta else 0)
-        if borrow and nbytes:
-            self._check(lib.tzr_writer_add_borrowed(h, byref(d), ptr))
-            self._borrowed.append(t)
-        else:
-            self._check(lib.tzr_writer_add(h, byref(d), None if meta or nbytes == 0 else ptr))
+        try:
+            if borrow and nbytes:
+                self._check(lib.tzr_writer_add_borrowed(h, byref(d), ptr))
+                self._borrowed.append(t)
+            else:
+                self._check(lib.tzr_writer_add(h, byref(d), None if meta or nbytes == 0 else ptr))
+        except _lib.TzrError as e:
+            if "index full" in e.message:  # one at a time, the writer cannot know what comes
+                e.message += "; write_state_dict and write_module size the index for all their tensors"
+                e.args = (e.message,)
+            raise
+        self._written += 1
         if not meta:
             self.total_tensor_bytes += nbytes
 
+    def _reserve(self, items):
+        """Size the index for these (name, tensor) pairs before the first
+        write (tzr_writer_reserve): tensorizer's 256 KiB when it suffices,
+        else exactly their entries. Later writes keep the reservation."""
+        if self._written or not items:
+            return
+        names = dtypes = dims = nbytes = 0
+        try:
+            for name, t in items:
+                if torch is not None and isinstance(t, torch.Tensor):
+                    dts, nd = _dtypes.from_torch(t.dtype), t.dim()
+                    nbytes += 0 if t.is_meta else t.numel() * t.element_size()
+                else:
+                    a = np.asarray(t)
+                    dts, nd = _dtypes.from_numpy(a.dtype), a.ndim
+                    nbytes += a.nbytes
+                names += len(encode_name(name))
+                dtypes += len(dts)
+                dims += nd
+        except (TypeError, ValueError, NotImplementedError):
+            return  # write_tensor raises it for the tensor at fault
+        self._check(lib.tzr_writer_reserve(self._handle(), len(items), names, dtypes, dims, nbytes))
+
     def write_module(self, m, remove_tensors=False, *, include_non_persistent_buffers=True):
+        items = []
         for idx, (mname, sub) in enumerate(m.named_modules()):
             for pname, p in sub.named_parameters(recurse=False):
-                self.write_tensor(idx, "%s.%s" % (mname, pname), TensorType.PARAM, p)
+                items.append((idx, "%s.%s" % (mname, pname), TensorType.PARAM, p))
             skip = () if include_non_persistent_buffers else getattr(sub, "_non_persistent_buffers_set", ())
             for bname, b in sub.named_buffers(recurse=False):
                 if bname not in skip:
-                    self.write_tensor(idx, "%s.%s" % (mname, bname), TensorType.BUFFER, b)
+                    items.append((idx, "%s.%s" % (mname, bname), TensorType.BUFFER, b))
+        self._reserve([(name, t) for _, name, _, t in items])
+        for idx, name, kind, t in items:
+            self.write_tensor(idx, name, kind, t)
 
     def write_state_dict(self, state_dict):
-        for path, t in _flatten(state_dict):
+        items = list(_flatten(state_dict))
+        self._reserve(items)
+        for path, t in items:
             self.write_tensor(0, path, TensorType.STATE_DICT, t)
 
     def close(self):

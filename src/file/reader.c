@@ -441,7 +441,7 @@ int tzr_reader_key_opens_others(tzr_reader *r, size_t failed, int *opens) {
     return 0;
 }
 
-int tzr_reader_hash_begin(tzr_reader *r, size_t i, tzr_hasher *hs) {
+int tzr_reader_hash_begin(tzr_reader *r, size_t i, int sha, tzr_hasher *hs) {
     if (r->safetensors) {
         char what[TZR_NAMEBUF + 256];
         return tzr_fail(TZR_ENOTSUP, "%s: a safetensors file stores no hashes to verify",
@@ -455,7 +455,9 @@ int tzr_reader_hash_begin(tzr_reader *r, size_t i, tzr_hasher *hs) {
         return tzr_fail(TZR_EHASH, "%s: header at offset %llu: no hashes stored to verify",
                         tzr_reader_what(r, i, what, sizeof what), (unsigned long long)r->t[i].info.header_offset);
     }
-    rc = tzr_hasher_init(hs, h->has_crc32, h->has_sha256);
+    /* CRC32 level: SHA-256 only where nothing else covers the data (no
+     * CRC32 stored, no MACs). */
+    rc = tzr_hasher_init(hs, h->has_crc32, h->has_sha256 && (sha || (!h->has_crc32 && !h->crypt.encrypted)));
     if (rc) return rc;
     size_t len = (size_t)h->header_size;
     uint8_t stackbuf[512];
@@ -477,10 +479,10 @@ int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs) {
     tzr_hasher_final(hs, &crc, sha);
     char what[TZR_NAMEBUF + 256];
     const tzr_tensor_info *t = &r->t[i].info;
-    if (h->has_crc32 && crc != h->crc32)
+    if (hs->want_crc && crc != h->crc32)
         return tzr_fail(TZR_EHASH, "%s at offset %llu: crc32 mismatch (stored %08x, computed %08x)",
                         tzr_reader_what(r, i, what, sizeof what), (unsigned long long)t->data_offset, h->crc32, crc);
-    if (h->has_sha256 && memcmp(sha, h->sha256, 32) != 0)
+    if (hs->want_sha && memcmp(sha, h->sha256, 32) != 0)
         return tzr_fail(TZR_EHASH, "%s at offset %llu: sha256 mismatch", tzr_reader_what(r, i, what, sizeof what),
                         (unsigned long long)t->data_offset);
     return 0;
@@ -885,7 +887,7 @@ static int read_tensor(tzr_reader *r, size_t i, void *dst, size_t dst_len, int v
     }
     if (!rc && verify) {
         tzr_hasher hs;
-        rc = tzr_reader_hash_begin(r, i, &hs);
+        rc = tzr_reader_hash_begin(r, i, 1, &hs);
         if (!rc) {
             tzr_hasher_update(&hs, zstd ? out : buf, (size_t)t->uncompressed_length);
             rc = tzr_reader_hash_check(r, i, &hs);

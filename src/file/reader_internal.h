@@ -36,8 +36,9 @@ TZR_HIDDEN int tzr_reader_tensor_key(tzr_reader *r, size_t i, uint8_t key[32]);
  * except where reads are requests). Thread-safe. */
 TZR_HIDDEN int tzr_reader_check_end_marker(tzr_reader *r);
 TZR_HIDDEN int tzr_reader_key_opens_others(tzr_reader *r, size_t failed, int *opens);
-/* Start a hash of tensor i: feeds the hashable header. */
-TZR_HIDDEN int tzr_reader_hash_begin(tzr_reader *r, size_t i, tzr_hasher *hs);
+/* Start a hash of tensor i: feeds the hashable header. sha == 0: CRC32
+ * only (TZR_VERIFY_CRC32), SHA-256 where a tensor has nothing else. */
+TZR_HIDDEN int tzr_reader_hash_begin(tzr_reader *r, size_t i, int sha, tzr_hasher *hs);
 /* Finish and compare with the stored hashes (frees hs). */
 TZR_HIDDEN int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs);
 TZR_HIDDEN int tzr_reader_verifying(const tzr_reader *r);

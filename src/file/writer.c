@@ -71,6 +71,7 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
     }
     w->out = output;
     w->meta_size = opt->metadata_size ? opt->metadata_size : TZR_DEFAULT_METADATA;
+    w->meta_given = opt->metadata_size != 0;
     int rc = 0;
     if (w->meta_size > ((uint64_t)1 << 30)) rc = tzr_fail(TZR_EINVAL, "metadata_size above 1 GiB");
     if (!rc && !(w->index = calloc(1, (size_t)w->meta_size))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
@@ -128,6 +129,32 @@ int tzr_writer_open(tzr_writer **out, const char *path, const tzr_writer_options
     int rc = flags && !tzr_is_url(path) ? tzr_output_open_file_flags(&o, path, flags) : tzr_output_open_path(&o, path);
     if (rc) return rc;
     return tzr_writer_open_output(out, o, opt);
+}
+
+int tzr_writer_reserve(tzr_writer *w, uint64_t tensors, uint64_t name_bytes, uint64_t dtype_bytes, uint64_t dims,
+                       uint64_t data_bytes) {
+    if (!w) return tzr_fail(TZR_EINVAL, "NULL writer");
+    /* Records start right after the reservation: once one is placed it is fixed. */
+    if (w->count) return tzr_fail(TZR_EINVAL, "%s: tzr_writer_reserve after the first tensor", w->out->name);
+    if (w->meta_given) return 0; /* the caller's metadata_size is an override */
+    /* Entries as formats/tensorizer.md 3 lays them out, packed; a compressed
+     * file also keeps its frame directory there (11.5): a 26-byte block per
+     * tensor and a u32 per frame, at most data / frame size + 1 each. */
+    const uint64_t cap = (uint64_t)1 << 30; /* as metadata_size; every term below then fits */
+    int ok = tensors <= cap && name_bytes <= cap && dtype_bytes <= cap && dims <= cap;
+    uint64_t need = ok ? 29 * tensors + name_bytes + dtype_bytes + 4 * dims : 0;
+    if (ok && w->compress) need += TZR_DIR_PREFIX + (26 + 4) * tensors + 4 * (data_bytes / w->frame_size);
+    if (!ok || need > cap)
+        return tzr_fail(TZR_ELIMIT, "%s: %llu tensors need an index above 1 GiB", w->out->name,
+                        (unsigned long long)tensors);
+    if (need <= w->meta_size) return 0; /* tensorizer's 256 KiB suffices: its bytes exactly */
+    uint8_t *index = calloc(1, (size_t)need);
+    if (!index) return tzr_fail(TZR_ENOMEM, "out of memory");
+    free(w->index);
+    w->index = index;
+    w->meta_size = need;
+    w->pos = TZR_PROLOGUE_LEN + need;
+    return 0;
 }
 
 int writer_put(tzr_writer *w, const void *buf, uint64_t len, uint64_t off) {
@@ -233,8 +260,9 @@ int writer_record_begin(tzr_writer *w, const tzr_tensor_desc *d, int have_data, 
     if (z == NULL) return 0; /* checks only: the caller compresses, then calls again */
     size_t entry = tzr_index_entry_size(d->name_len, dlen, d->ndim);
     if (entry > w->meta_size - w->index_used)
-        BAD(TZR_ELIMIT, "index full: entry %llu needs %zu bytes, %llu of the %llu-byte index are left (reserve "
-                        "more with the writer options' metadata_size)",
+        BAD(TZR_ELIMIT,
+            "index full: entry %llu needs %zu bytes, %llu of the %llu-byte index are left (raise "
+            "tzr_writer_options.metadata_size, or declare the tensors first with tzr_writer_reserve)",
             (unsigned long long)w->count, entry, (unsigned long long)(w->meta_size - w->index_used),
             (unsigned long long)w->meta_size);
     int rc = name_set_add(w, d->name, d->name_len);

@@ -35,6 +35,7 @@ typedef struct write_job write_job;
 struct tzr_writer {
     tzr_output *out;
     uint64_t meta_size;
+    int meta_given;          /* metadata_size set by the caller: reserve keeps it */
     uint8_t *index;
     size_t index_used;
     uint64_t pos;

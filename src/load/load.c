@@ -59,6 +59,7 @@ static pipeline *pipeline_new(tzr_reader *r, tzr_sink *sink, const tzr_load_opti
     p->sink = sink;
     p->opt = opt;
     p->verify = opt->verify >= 0 ? opt->verify : tzr_reader_verifying(r);
+    p->verify_sha = opt->verify_level != TZR_VERIFY_CRC32;
     /* Only verification needs a header after its check (plaintext: no
      * crypt or frame tables); not keeping 100k parsed copies saves time. */
     p->keep_headers = p->verify || tzr_reader_encrypted(r) || tzr_reader_compressed(r);
@@ -322,6 +323,8 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     int orc = TZR_OPTS(tzr_load_options, o, opt_in, offsetof(tzr_load_options, on_tensor_error));
     if (orc) return orc;
     const tzr_load_options *opt = &o;
+    if (o.verify_level != TZR_VERIFY_FULL && o.verify_level != TZR_VERIFY_CRC32)
+        return tzr_fail(TZR_EINVAL, "tzr_load: unknown verify_level %d", o.verify_level);
     if (!r || !sink || !sink->submit) return tzr_fail(TZR_EINVAL, "tzr_load: NULL reader or incomplete sink");
     if (sink->fence && !sink->wait) return tzr_fail(TZR_EINVAL, "tzr_load: sink has fence() without wait()");
     if (opt->verify > 0 && tzr_reader_format(r) == TZR_FORMAT_SAFETENSORS)

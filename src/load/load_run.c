@@ -240,7 +240,7 @@ static int hash_in_order(pipeline *p, piece *pc) {
         /* A bad tensor's remaining pieces are only counted. */
         int skip = load_is_bad(p, pc->tensor);
         if (!rc && !skip && pc->toff == 0) {
-            rc = tzr_reader_hash_begin(p->r, pc->tensor, &t->hs); /* reads the header if needed */
+            rc = tzr_reader_hash_begin(p->r, pc->tensor, p->verify_sha, &t->hs); /* reads the header if needed */
             t->hs_live = rc == 0;
             if (rc) rc = load_tensor_fail(p, rc, pc->tensor), skip = 1;
         }
@@ -607,7 +607,7 @@ int load_fill_empty(pipeline *p, size_t i, const tzr_tensor_info *t) {
     int rc = 0;
     if (p->verify) {
         tzr_hasher hs;
-        rc = tzr_reader_hash_begin(p->r, i, &hs);
+        rc = tzr_reader_hash_begin(p->r, i, p->verify_sha, &hs);
         if (!rc) rc = tzr_reader_hash_check(p->r, i, &hs);
         if (rc) return rc;
     }

@@ -138,6 +138,7 @@ typedef struct pipeline {
     tzr_sink *sink;
     const tzr_load_options *opt;
     int verify;
+    int verify_sha;         /* verifying: SHA-256 too (TZR_VERIFY_FULL) */
     size_t n;               /* tensors in the reader */
     tstate *ts;
     thash *th;              /* verifying loads only */

@@ -39,7 +39,7 @@ const char *cli_printable(const char *s, char *buf, size_t cap) {
 
 void cli_lib_message(const char *msg) {
     if (cli_index_option && strstr(msg, "index full"))
-        cli_error("%s; with this tool: %s N (the input needs a larger index than the default 262144 bytes)", msg,
+        cli_error("%s; give a larger %s N, or none: this tool sizes the index for its tensors itself", msg,
                   cli_index_option);
     else cli_error("%s", msg);
 }
