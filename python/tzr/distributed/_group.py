@@ -71,7 +71,7 @@ def rebuild(what, every):
     cls, code, msg = every[r]
     text = "%s: rank %d of %d failed: %s" % (what, r, len(every), msg)
     if len(failed) > 1:
-        text += " (ranks %s failed too)" % ", ".join(str(x) for x in failed[1:])
+        text += " (also failed: rank %s)" % ", ".join(str(x) for x in failed[1:])
     try:
         if isinstance(cls, type) and issubclass(cls, _lib.TzrError):
             e = cls(code, text)

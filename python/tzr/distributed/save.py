@@ -39,6 +39,9 @@ def save(state, prefix, group=None, slices=None):
     owner = dict(zip(names, partition([every[0][n][3] for n in names], g.size)))
     err = None
     try:
+        folder = os.path.dirname(os.fspath(prefix))
+        if folder and "://" not in os.fspath(prefix):
+            os.makedirs(folder, exist_ok=True)
         with shard.ShardWriter(prefix, g.rank, g.size) as w:
             for name, t in sd.items():
                 dim, off, _, _ = mine[name]
