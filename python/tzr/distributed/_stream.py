@@ -1,43 +1,53 @@
 """Broadcasting a list of tensors from one rank through staging buckets.
 
 The schedule is computed identically on every rank from the sizes alone:
-small tensors are packed into buckets of `bucket` bytes; a tensor larger
-than a bucket goes alone, in bucket-sized pieces straight from (and into)
-its own contiguous memory. A ring of `nbuckets` slots bounds both the host
-memory and the broadcasts in flight: step j reuses slot j % nbuckets after
-waiting for the broadcast that used it last, so the source fills bucket
-j+1 while bucket j is on the wire."""
+small tensors (under 1/8 of a bucket) are packed into buckets of `bucket`
+bytes and copied out on arrival; the others go straight from the source's
+memory into each rank's own tensor (no staging copy on either side), in
+pieces of at most a bucket, read by the source in groups of up to a
+bucket. A ring of `nbuckets` slots bounds both the staging memory and the
+broadcasts in flight: step j reuses slot j % nbuckets after waiting for
+the broadcast that used it last, so the source reads step j+1 while step j
+is on the wire."""
 import torch
 
 ALIGN = 64
 
 
 class Step:
-    __slots__ = ("items", "nbytes", "piece")
+    __slots__ = ("items", "nbytes", "piece", "group")
 
-    def __init__(self, items, nbytes, piece=None):
+    def __init__(self, items, nbytes, piece=None, group=None):
         self.items = items    # [(index, offset in bucket)] of a packed bucket
         self.nbytes = nbytes  # bytes on the wire
-        self.piece = piece    # (index, start) of a large tensor's piece
+        self.piece = piece    # (index, start) of a direct tensor's piece
+        self.group = group    # the direct tensors the source reads before this step
 
     @property
     def fills(self):
-        """Whether the source must produce bytes before this step (so
-        ranks agree on its status first): a bucket, or a large tensor's
-        first piece."""
-        return self.piece is None or self.piece[1] == 0
+        """Whether the source must read before this step (so ranks agree
+        on its status first)."""
+        return self.items is not None or self.group is not None
 
 
 def plan(indices, sizes, bucket):
-    steps, cur, used = [], [], 0
+    steps, cur, used, grp, grp_bytes = [], [], 0, None, 0
     for i in indices:
         n = sizes[i]
-        if n > bucket:
+        if n > 0 and (n > bucket or n >= bucket // 8):
             if cur:
                 steps.append(Step(cur, used))
                 cur, used = [], 0
-            steps.extend(Step(None, min(bucket, n - s), (i, s)) for s in range(0, n, bucket))
+            pieces = [Step(None, min(bucket, n - s), (i, s)) for s in range(0, n, bucket)]
+            if grp is not None and grp_bytes + n <= bucket:
+                grp.group.append(i)
+                grp_bytes += n
+            else:
+                grp, grp_bytes = pieces[0], n
+                grp.group = [i]
+            steps.extend(pieces)
             continue
+        grp = None
         off = (used + ALIGN - 1) // ALIGN * ALIGN
         if cur and off + n > bucket:
             steps.append(Step(cur, used))
@@ -63,7 +73,7 @@ def run(group, src, steps, dest, slots, fill=None, agree=False, unpack_src=False
     """Broadcast `steps` from group rank src. dest[i]: tensor i's flat
     bytes on this rank (the source's are sent, the others' filled).
     fill(step, slot), given on the source, produces a step's bytes (into
-    the slot for a bucket, into dest for a large tensor); with agree, every
+    the slot for a bucket, into dest for st.group's tensors); with agree, every
     rank agrees on its status before the step goes out (a read can fail).
     unpack_src: the source copies each bucket out into its own dest too."""
     me = group.rank == src

@@ -1,8 +1,9 @@
 """tzr.distributed.load: one checkpoint onto every rank of a process group.
 
-broadcast    rank 0 reads through the library into a ring of staging
-             buckets and broadcasts bucket i while it reads bucket i+1;
-             the others only receive. Storage read once; the wire carries
+broadcast    rank 0 reads through the library (small tensors into a ring
+             of staging buckets, larger ones into its own tensors) and
+             broadcasts step i while it reads step i+1; the others only
+             receive (larger tensors straight into their memory). Storage read once; the wire carries
              the bytes N-1 times (a tree or ring, as the backend does it).
 allgather    each rank reads about 1/N of the bytes (tensors partitioned
              by size), then every owner broadcasts its part the same way.
@@ -42,7 +43,7 @@ def load(source, device="cpu", mode="broadcast", group=None, encryption=None, ve
     dev, _ = _resolve_device(device)
     opts = dict(encryption=encryption, verify=verify, rank_rules=rank_rules)
     bucket = max(_stream.ALIGN, int(bucket_mib * 2**20))
-    if mode == "independent":
+    if mode == "independent" or g.size == 1:  # one rank: nothing to send, a plain load
         rank, nranks = (g.rank, g.size) if tensor_parallel else (0, 1)
         return _independent(g, source, opts, dev, rank, nranks, into)
     if mode == "broadcast":
@@ -104,8 +105,7 @@ def _broadcast(g, source, opts, dev, bucket, nbuckets, into):
                 base = slot.data_ptr()
                 src.load({i: (base + off, meta[i].nbytes) for i, off in st.items}, _cuda(slot.device))
             else:
-                i = st.piece[0]
-                src.load({i: (dest[i].data_ptr(), meta[i].nbytes)}, _cuda(dev))
+                src.load({i: (dest[i].data_ptr(), meta[i].nbytes) for i in st.group}, _cuda(dev))
 
         _stream.run(g, 0, steps, dest, slots, fill if g.rank == 0 else None, agree=True, unpack_src=True)
         return out
