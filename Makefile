@@ -152,7 +152,7 @@ install: all
 	ln -sf libtzr.so.$(SOVER) $(DESTDIR)$(PREFIX)/lib/libtzr.so
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/libtzr.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libtzr.pc
 	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
-	for d in tzr tzr/compat tzr/compat/tensorizer tzr/compat/tensorizer/_crypt; do \
+	for d in tzr tzr/distributed tzr/compat tzr/compat/tensorizer tzr/compat/tensorizer/_crypt; do \
 	    install -d $(DESTDIR)$(PYTHON_DIR)/$$d && install -m 644 python/$$d/*.py $(DESTDIR)$(PYTHON_DIR)/$$d/ || exit 1; \
 	done
 

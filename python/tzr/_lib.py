@@ -153,7 +153,7 @@ class ShardTensorDesc(Structure):
 
 
 class ShardOpenOptions(Structure):
-    _fields_ = [("struct_size", c_size_t), ("verify", c_int)]
+    _fields_ = [("struct_size", c_size_t), ("verify", c_int), ("crypt", CryptParams), ("rank_rules", c_char_p)]
 
 
 class ShardTensor(Structure):

@@ -1,0 +1,111 @@
+"""One rank of tests/python/test_distributed.py: runs every case of one
+world size in one process group and writes what each case gave this rank
+to DIR/result-W-RANK.json ({case: ["ok"] | ["bad", why] | ["error", type,
+message]}); the test compares the ranks. Usage: distributed_worker.py DIR
+(under python3 -m tzr.distributed.launch), or DIR die (rank 1 dies in save)."""
+import datetime
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import tzr
+import tzr.distributed as tzd
+
+DIR = sys.argv[1]
+rank = int(os.environ["RANK"])
+world = int(os.environ["WORLD_SIZE"])
+# Every collective ends within this, even if a peer never arrives.
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=40))
+oracle = torch.load(os.path.join(DIR, "oracle.pt"))
+key = bytes.fromhex(open(os.path.join(DIR, "key.hex")).read())
+results = {}
+BUCKET = 0.25  # MiB: the 1 MiB tensor goes in pieces, the small ones packed
+
+
+def raw(t):
+    t = t.detach().contiguous().reshape(-1)
+    return t.view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+
+
+def same(sd, want):
+    if sorted(sd) != sorted(want):
+        return "names %s, expected %s" % (sorted(sd), sorted(want))
+    for k, t in want.items():
+        if sd[k].dtype != t.dtype or tuple(sd[k].shape) != tuple(t.shape) or not torch.equal(raw(sd[k]), raw(t)):
+            return "tensor %s differs (%s %s)" % (k, sd[k].dtype, tuple(sd[k].shape))
+    return None
+
+
+def run(name, fn, want=None):
+    try:
+        got = fn()
+        why = same(got, want if want is not None else oracle)
+        results[name] = ["ok"] if why is None else ["bad", why]
+    except Exception as e:  # noqa: BLE001 - recorded, compared across ranks by the test
+        results[name] = ["error", type(e).__name__, str(e)]
+
+
+def p(*names):
+    return os.path.join(DIR, *names)
+
+
+def die_in_save():
+    if rank == 1:
+        calls = []
+
+        def add(self, *a, **kw):
+            calls.append(1)
+            if len(calls) == 2:
+                os._exit(9)  # killed mid-save: no status, no goodbye
+            return real(self, *a, **kw)
+        real = tzr.ShardWriter.add
+        tzr.ShardWriter.add = add
+    run("die_in_save", lambda: tzd.save(oracle, p("died", "model")))
+
+
+if sys.argv[2:] == ["die"]:
+    die_in_save()
+else:
+    sources = {"single": (p("single.tensors"), None), "manifest": (p("man", "model.tzr-index.json"), None),
+               "hf": (p("hf"), None), "encrypted": (p("enc.tensors"), tzr.DecryptionParams.from_key(key))}
+    for mode in tzd.MODES:
+        for sname, (path, enc) in sources.items():
+            run("%s_%s" % (mode, sname), lambda: tzd.load(path, mode=mode, encryption=enc, bucket_mib=BUCKET))
+    # Tensor-parallel: each rank its own slice of the cut tensor.
+    tp = lambda: tzd.load(p("man", "model.tzr-index.json"), mode="independent", tensor_parallel=True)  # noqa: E731
+    n = oracle["b"].shape[0]
+    lo, ln = rank * (n // world) + min(rank, n % world), n // world + (rank < n % world)
+    run("tensor_parallel_manifest", tp, dict(oracle, b=oracle["b"][lo:lo + ln]))
+    for mode in tzd.MODES:
+        bad = 0 if mode == "broadcast" else world - 1  # the rank that reads the missing file
+        run("missing_%s" % mode, lambda: tzd.load(p("single.tensors") if rank != bad else p("missing.tensors"),
+                                                 mode=mode, bucket_mib=BUCKET))
+        run("short_%s" % mode, lambda: tzd.load(p("single.tensors") if rank != bad else p("short.tensors"),
+                                               mode=mode, bucket_mib=BUCKET))
+        run("corrupt_%s" % mode, lambda: tzd.load(p("corrupt.tensors"), mode=mode, verify=True, bucket_mib=BUCKET))
+        run("wrong_key_%s" % mode, lambda: tzd.load(p("enc.tensors"), mode=mode, bucket_mib=BUCKET,
+                                                    encryption=tzr.DecryptionParams.from_key(b"\x01" * 32)))
+    model = torch.nn.Module()
+    for k, t in oracle.items():  # "layers.0.w": a buffer w of submodule layers.0
+        *path, leaf = k.split(".")
+        m = model
+        for c in path:
+            if not hasattr(m, c):
+                m.add_module(c, torch.nn.Module())
+            m = getattr(m, c)
+        m.register_buffer(leaf, torch.zeros_like(t))
+    run("load_into_module", lambda: (tzd.load_into_module(model, p("single.tensors"), bucket_mib=BUCKET),
+                                     model.state_dict())[1])
+    # Round trip across world sizes: the 2-rank job saves, the 3-rank one
+    # loads that, then saves its tensor-parallel slices for the test to read.
+    if world == 2:
+        run("save", lambda: (tzd.save(oracle, p("ckpt2", "model")), tzr.load_rank(p("ckpt2", "model.tzr-index.json"), 0, 1))[1])
+    else:
+        run("load_saved_by_2", lambda: tzd.load(p("ckpt2", "model.tzr-index.json"), mode="broadcast", bucket_mib=BUCKET))
+        run("save_tensor_parallel", lambda: (tzd.save(tp(), p("ckpt3", "model")), oracle)[1])
+with open(p("result-%d-%d.json" % (world, rank)), "w") as f:
+    json.dump(results, f)
+dist.destroy_process_group()
