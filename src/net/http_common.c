@@ -150,6 +150,9 @@ void tzr_http_easy_common(tzr_http_common *c, void *easy, double remaining_s) {
     curl_easy_setopt(e, CURLOPT_USERAGENT, "libtzr/" "0.1.0");
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* S3 keys are opaque ("d/../x" is a key of its own): send the path as
+     * it was signed, without curl's dot-segment squashing. */
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
     /* A stalled server must not hang the load: fail a transfer that moves
      * less than 1 KiB/s for the stall time (waiting for the answer
      * included); it is then retried. */

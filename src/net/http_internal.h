@@ -185,11 +185,13 @@ TZR_HIDDEN void tzr_http_call_reset(tzr_http_call *call); /* frees resp */
 TZR_HIDDEN int tzr_http_status_error(const tzr_http_call *call, const tzr_s3_config *cfg);
 
 /* One ListObjectsV2 answer (body NUL-ended at len): appends
- * "s3://bucket/KEY" for each key ending in suffix with no '/' after its
- * first prefix_len bytes to *urls (*n of *cap used); *more and *token
+ * "s3://bucket/KEY" for each key that starts with the prefix_len bytes of
+ * prefix and ends in suffix, with no '/' after the prefix, to *urls (*n of
+ * *cap used); *more and *token
  * (percent-encoded, malloc'd) say whether and how to ask for the next page.
  * what names the listing in messages. */
-TZR_HIDDEN int tzr_s3_list_page(const char *body, size_t len, const char *what, const char *bucket, size_t prefix_len,
+TZR_HIDDEN int tzr_s3_list_page(const char *body, size_t len, const char *what, const char *bucket,
+                                const char *prefix, size_t prefix_len,
                                 const char *suffix, char ***urls, size_t *n, size_t *cap, int *more, char **token);
 
 /* A header value without surrounding blanks and line end, cut to cap. */

@@ -50,8 +50,8 @@ static int add_url(char ***urls, size_t *n, size_t *cap, const char *bucket, con
     return 0;
 }
 
-int tzr_s3_list_page(const char *body, size_t len, const char *what, const char *bucket, size_t prefix_len,
-                     const char *suffix, char ***urls, size_t *n, size_t *cap, int *more, char **token) {
+int tzr_s3_list_page(const char *body, size_t len, const char *what, const char *bucket, const char *prefix,
+                     size_t prefix_len, const char *suffix, char ***urls, size_t *n, size_t *cap, int *more, char **token) {
     const char *end = body + len;
     int rc = 0;
     *more = 0, *token = NULL;
@@ -64,9 +64,11 @@ int tzr_s3_list_page(const char *body, size_t len, const char *what, const char 
         if (!k || xml_unescape(k, kl, key, sizeof key))
             rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 answer has a bad <Key> at byte %zu", what, (size_t)(blk - body));
         size_t l = rc ? 0 : strlen(key), sl = strlen(suffix);
-        /* Directly under the prefix, and not a hidden (dot) file. */
-        if (!rc && l > sl && l > prefix_len && strcmp(key + l - sl, suffix) == 0 && !strchr(key + prefix_len, '/') &&
-            key[prefix_len] != '.')
+        /* Directly under the prefix asked for (a server may list others:
+         * they are not followed), and not a hidden (dot) file; so no dot
+         * segment past the prefix. */
+        if (!rc && l > sl && l > prefix_len && strncmp(key, prefix, prefix_len) == 0 &&
+            strcmp(key + l - sl, suffix) == 0 && !strchr(key + prefix_len, '/') && key[prefix_len] != '.')
             rc = add_url(urls, n, cap, bucket, key);
         p = blk + bl;
     }
@@ -130,7 +132,7 @@ int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_optio
         int more = 0;
         free(token);
         token = NULL;
-        if (!rc) rc = tzr_s3_list_page(c.resp ? c.resp : "", c.resp_len, prefix_url, tgt.bucket, klen, suffix, urls, n,
+        if (!rc) rc = tzr_s3_list_page(c.resp ? c.resp : "", c.resp_len, prefix_url, tgt.bucket, tgt.key, klen, suffix, urls, n,
                                        &cap, &more, &token);
         if (!rc && more && page > 10000)
             rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 gives more than 10000 pages", prefix_url);
