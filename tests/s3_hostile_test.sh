@@ -39,3 +39,16 @@ check s3_dotdot_key_read test $? = 0
 $G $DT s3://outside/dir/ --list > "$T/out.list" 2> "$T/out.err"
 check s3_list_outside_prefix_ignored sh -c "grep -q tensor_a '$T/out.list' && ! grep -q 'tensor_outside\|tensor_dotdot' '$T/out.list' &&
     ! grep -q 'zzzzzz\|/outside/\.\./ab' '$LOG'"
+# ---- answers over 1 MiB are read whole ----------------------------------
+$G $DT s3://biglist/dir/ --list > "$T/big.list" 2> "$T/big.err"
+check s3_list_page_over_1mib sh -c "grep -q tensor_a '$T/big.list' && grep -q tensor_b '$T/big.list'"
+$G $TZ -q "$T/m.safetensors" -o s3://latecomplete/x.tensors --part-size 5 2> "$T/late.err"
+check s3_complete_late_error_fails sh -c "test $? = 1 && grep -q InternalError '$T/late.err'"
+# ---- a listing that never ends ------------------------------------------
+timeout 60 $DT s3://sametoken/dir/ --list > /dev/null 2> "$T/same.err"
+check s3_list_repeated_token_fails sh -c "test $? = 1 && grep -q 'continuation token' '$T/same.err'"
+# ---- part ETags go into the Complete XML escaped ------------------------
+$G $TZ -q "$T/m.safetensors" -o s3://amp/x.tensors --part-size 5 2> "$T/amp.err"
+check s3_complete_etag_escaped_exit_0 test $? = 0
+get amp/x.tensors > "$T/amp.tensors" 2>/dev/null
+check s3_complete_etag_escaped_bytes cmp "$T/amp.tensors" "$T/m.tensors"

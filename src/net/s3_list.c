@@ -91,7 +91,7 @@ int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_optio
     tzr_s3_config cfg = {0};
     tzr_s3_target tgt = {0};
     tzr_http_common *common = NULL;
-    char *enc_prefix = NULL, *token = NULL, *q = NULL, probe[4200];
+    char *enc_prefix = NULL, *token = NULL, *prev = NULL, *q = NULL, probe[4200];
     /* A target for a key under the bucket, then its path cut to the bucket. */
     if ((size_t)snprintf(probe, sizeof probe, "%sx", prefix_url) >= sizeof probe)
         return tzr_fail(TZR_ELIMIT, "%.200s...: URL over %zu bytes", prefix_url, sizeof probe - 2);
@@ -130,10 +130,16 @@ int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_optio
             rc = tzr_fail_prefix(tzr_http_status_error(&c, &cfg), "%s: listing the prefix (ListObjectsV2): ",
                                  prefix_url);
         int more = 0;
-        free(token);
+        free(prev);
+        prev = token; /* the token this page was asked with */
         token = NULL;
         if (!rc) rc = tzr_s3_list_page(c.resp ? c.resp : "", c.resp_len, prefix_url, tgt.bucket, tgt.key, klen, suffix, urls, n,
                                        &cap, &more, &token);
+        /* A server that hands back the token it was given would have us
+         * ask for the same page until the page cap. */
+        if (!rc && more && prev && strcmp(prev, token) == 0)
+            rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 page %d gives back the continuation token it was asked with; "
+                                     "the listing would never end", prefix_url, page + 1);
         if (!rc && more && page > 10000)
             rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 gives more than 10000 pages", prefix_url);
         tzr_http_call_reset(&c);
@@ -146,6 +152,7 @@ out:
         *urls = NULL, *n = 0;
     }
     free(token);
+    free(prev);
     free(q);
     free(enc_prefix);
     tzr_s3_target_free(&tgt);

@@ -111,6 +111,21 @@ static int initiate(s3_out *o) {
     return o->upload_id ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
 }
 
+/* An ETag as XML character data (it is the server's text: quotes always,
+ * and nothing keeps it from holding & or <). Returns the bytes written;
+ * dst has room for 6 per byte of s. */
+static size_t xml_escape(char *dst, const char *s) {
+    size_t l = 0;
+    for (; *s; s++) {
+        const char *e = *s == '&' ? "&amp;" : *s == '<' ? "&lt;" : *s == '>' ? "&gt;" : *s == '"' ? "&quot;"
+                      : *s == '\'' ? "&apos;" : NULL;
+        if (e) l += (size_t)sprintf(dst + l, "%s", e);
+        else dst[l++] = *s;
+    }
+    dst[l] = 0;
+    return l;
+}
+
 static size_t part_len(s3_out *o, size_t i) {
     uint64_t start = (uint64_t)i * o->part_bytes;
     uint64_t end = start + o->part_bytes;
@@ -297,14 +312,15 @@ static int s3_finish(tzr_output *out) {
     if (!rc && o->failed) rc = restore_failure(o);
     pthread_mutex_unlock(&o->mu);
     if (rc) return rc;
-    size_t cap = 128 + n * 360;
+    size_t cap = 128 + n * (80 + 6 * sizeof o->parts[0]->etag); /* every ETag byte may become "&quot;" */
     char *xml = malloc(cap);
     if (!xml) return tzr_fail(TZR_ENOMEM, "out of memory");
     size_t l = (size_t)snprintf(xml, cap, "<CompleteMultipartUpload>");
-    for (size_t i = 0; i < n; i++)
-        l += (size_t)snprintf(xml + l, cap - l,
-                              "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag></Part>", i + 1,
-                              o->parts[i]->etag);
+    for (size_t i = 0; i < n; i++) {
+        l += (size_t)snprintf(xml + l, cap - l, "<Part><PartNumber>%zu</PartNumber><ETag>", i + 1);
+        l += xml_escape(xml + l, o->parts[i]->etag);
+        l += (size_t)snprintf(xml + l, cap - l, "</ETag></Part>");
+    }
     l += (size_t)snprintf(xml + l, cap - l, "</CompleteMultipartUpload>");
     char q[600];
     snprintf(q, sizeof q, "uploadId=%s", o->upload_id);
