@@ -52,3 +52,18 @@ $G $TZ -q "$T/m.safetensors" -o s3://amp/x.tensors --part-size 5 2> "$T/amp.err"
 check s3_complete_etag_escaped_exit_0 test $? = 0
 get amp/x.tensors > "$T/amp.tensors" 2>/dev/null
 check s3_complete_etag_escaped_bytes cmp "$T/amp.tensors" "$T/m.tensors"
+# ---- an existing output is replaced only with --force -------------------
+: > "$LOG"
+$G $TZ -q "$T/m.safetensors" -o s3://plain/exists.tensors 2> "$T/ex.err"
+check s3_existing_refused sh -c "test $? = 1 && grep -q 'exists; give --force' '$T/ex.err'"
+check s3_existing_untouched sh -c "test \"\$(python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' $URL/plain/exists.tensors)\" = keep &&
+    ! grep -q '^\(PUT\|POST\) /plain/exists' '$LOG'"
+$G $TZ -q "$T/m.safetensors" -o s3://plain/exists.tensors --force 2> "$T/exf.err"
+get plain/exists.tensors > "$T/exf.tensors" 2>/dev/null
+check s3_existing_force_replaces cmp "$T/exf.tensors" "$T/m.tensors"
+$G $DT "$T/m.tensors" -o s3://plain/exists.tensors 2> "$T/exd.err"
+check s3_existing_refused_detensorize sh -c "test $? = 1 && grep -q 'exists; give --force' '$T/exd.err'"
+# A local path is a URL only for the schemes the library knows.
+mkdir "$T/x:" && echo keep > "$T/x:/keep.tensors"
+(cd "$T" && $G "$OLDPWD/$TZ" -q m.safetensors -o 'x://keep.tensors') 2> "$T/lx.err"
+check local_scheme_like_path_refused sh -c "test $? = 1 && grep -q 'exists; give --force' '$T/lx.err' && test \"\$(cat '$T/x:/keep.tensors')\" = keep"

@@ -54,6 +54,7 @@ OBJS[("biglist", "dir/b.safetensors")] = st("tensor_b")
 OBJS[("outside", "zzzzzz.safetensors")] = st("tensor_outside")
 OBJS[("outside", "../ab.safetensors")] = st("tensor_dotdot")
 OBJS[("dropfail", "old.tensors")] = b"old object"
+OBJS[("plain", "exists.tensors")] = b"keep"
 
 
 def multipart_etag(etags):
