@@ -67,3 +67,17 @@ check s3_existing_refused_detensorize sh -c "test $? = 1 && grep -q 'exists; giv
 mkdir "$T/x:" && echo keep > "$T/x:/keep.tensors"
 (cd "$T" && $G "$OLDPWD/$TZ" -q m.safetensors -o 'x://keep.tensors') 2> "$T/lx.err"
 check local_scheme_like_path_refused sh -c "test $? = 1 && grep -q 'exists; give --force' '$T/lx.err' && test \"\$(cat '$T/x:/keep.tensors')\" = keep"
+# ---- a Complete carried out whose answer was lost -----------------------
+$G $TZ -q "$T/m.safetensors" -o s3://dropcomplete/x.tensors --part-size 5 2> "$T/dc.err"
+check s3_complete_lost_answer_succeeds sh -c "test $? = 0 && ! grep -q 'nothing was written' '$T/dc.err'"
+get dropcomplete/x.tensors > "$T/dc.tensors" 2>/dev/null
+check s3_complete_lost_answer_bytes cmp "$T/dc.tensors" "$T/m.tensors"
+$G $TZ -q "$T/m.safetensors" -o s3://dropfail/old.tensors --force --part-size 5 2> "$T/df.err"
+check s3_complete_lost_not_ours_fails sh -c "test $? = 1 && grep -q 'nothing was written' '$T/df.err' &&
+    test \"\$(python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' $URL/dropfail/old.tensors)\" = 'old object'"
+# ---- a server that dies mid-upload: the upload left behind is named -----
+: > "$LOG"
+$G $TZ -q "$T/m.safetensors" -o s3://crash/x.tensors --part-size 5 2> "$T/crash.err"
+rc=$?
+uid=$(sed -n 's/^PUT .*uploadId=\([a-z0-9]*\).*/\1/p' "$LOG" | head -1)
+check s3_crash_orphan_upload_named sh -c "test $rc = 1 && test -n '$uid' && grep -q \"abort-multipart-upload --bucket crash --key x.tensors --upload-id $uid\" '$T/crash.err'"

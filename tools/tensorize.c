@@ -415,7 +415,9 @@ int main(int argc, char **argv) {
         else tzr_writer_abort(w.w);
         close_inputs(inputs, ninputs);
         if (cli_stop_signal) return cli_output_stopped(0);
-        cli_error("%s", msg);
+        /* An abort that failed adds what it left behind (an S3 upload). */
+        const char *after = tzr_last_error();
+        cli_error("%s", strncmp(after, msg, strlen(msg)) == 0 ? after : msg);
         cli_error("nothing was written to %s", shards ? manifest : target);
         return EXIT_FAIL;
     }
