@@ -81,3 +81,21 @@ $G $TZ -q "$T/m.safetensors" -o s3://crash/x.tensors --part-size 5 2> "$T/crash.
 rc=$?
 uid=$(sed -n 's/^PUT .*uploadId=\([a-z0-9]*\).*/\1/p' "$LOG" | head -1)
 check s3_crash_orphan_upload_named sh -c "test $rc = 1 && test -n '$uid' && grep -q \"abort-multipart-upload --bucket crash --key x.tensors --upload-id $uid\" '$T/crash.err'"
+# ---- outputs to S3: exports work, shard sets are refused up front -------
+: > "$LOG"
+$G $TZ -q "$T/m.safetensors" -o s3://plain/sh.tensors --shards 2 2> "$T/sh.err"
+check s3_shards_refused_up_front sh -c "test $? = 2 && grep -q 'shards writes local files only' '$T/sh.err' && ! test -s '$LOG'"
+$DT "$T/m.tensors" -q -o "$T/local.safetensors"
+$G $DT "$T/m.tensors" -q -o s3://plain/e.safetensors 2> "$T/e.err"
+check s3_export_safetensors_exit_0 test $? = 0
+get plain/e.safetensors > "$T/e.safetensors" 2>/dev/null
+check s3_export_safetensors_bytes cmp "$T/e.safetensors" "$T/local.safetensors"
+$TZ -q "$T/m.safetensors" -o "$T/s.tensors" --shards 2
+$G $DT "$T/s.tzr-index.json" -q -o s3://plain/s.safetensors 2> "$T/se.err"
+get plain/s.safetensors > "$T/s.safetensors" 2>/dev/null
+check s3_export_from_shards_bytes cmp "$T/s.safetensors" "$T/local.safetensors"
+"$BUILD/tzr-bench" --make-sample "$T/big.safetensors" --size-mib 48 --layers 2 # over one 16 MiB part
+: > "$LOG"
+$G $DT "$T/big.safetensors" -q -o s3://latecomplete/e.safetensors 2> "$T/le.err"
+check s3_export_failure_leaves_nothing sh -c "test $? = 1 && grep -q '^DELETE /latecomplete/e.safetensors?uploadId=' '$LOG' &&
+    ! python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1])' $URL/latecomplete/e.safetensors 2>/dev/null"

@@ -341,6 +341,14 @@ int main(int argc, char **argv) {
         cli_error(rules ? "--split-dim goes with --shards" : "--shards takes 1 to %d", TZR_SHARD_MAX);
         return EXIT_USAGE;
     }
+    /* A shard set is files and a manifest that names them by path; its
+     * writer cannot put them in a bucket. Said before anything is read or
+     * uploaded. */
+    if (shards && cli_is_url(output)) {
+        cli_error("--shards writes local files only (%s): write the set to a directory, then upload it "
+                  "(aws s3 cp --recursive DIR s3://BUCKET/PREFIX/)", output);
+        return EXIT_USAGE;
+    }
     /* With --shards, each tensor is cut into the shard files as it is
      * read: no joined copy of the model on disk. */
     char prefix[4096], manifest[4200];
