@@ -42,6 +42,8 @@ check s3_list_outside_prefix_ignored sh -c "grep -q tensor_a '$T/out.list' && ! 
 # ---- answers over 1 MiB are read whole ----------------------------------
 $G $DT s3://biglist/dir/ --list > "$T/big.list" 2> "$T/big.err"
 check s3_list_page_over_1mib sh -c "grep -q tensor_a '$T/big.list' && grep -q tensor_b '$T/big.list'"
+$G $DT s3://hugelist/dir/ --list > /dev/null 2> "$T/huge.err"
+check s3_answer_over_bound_refused sh -c "test $? = 1 && grep -q 'over 64 MiB' '$T/huge.err'"
 $G $TZ -q "$T/m.safetensors" -o s3://latecomplete/x.tensors --part-size 5 2> "$T/late.err"
 check s3_complete_late_error_fails sh -c "test $? = 1 && grep -q InternalError '$T/late.err'"
 # ---- a listing that never ends ------------------------------------------

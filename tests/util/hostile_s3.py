@@ -20,6 +20,7 @@ came on the request line). The bucket picks the behaviour:
                unanswered (a crashed server)
   biglist      a ListObjectsV2 page of ~2 MiB: dir/a.safetensors first,
                padding keys, dir/b.safetensors last
+  hugelist     a ListObjectsV2 page of 65 MiB (past the 64 MiB bound)
   sametoken    every ListObjectsV2 page is truncated with the same token
   outside      the listing of dir/ also returns keys outside it
                (zzzzzz.safetensors, ../ab.safetensors)
@@ -178,6 +179,9 @@ class H(BaseHTTPRequestHandler):
         if bucket == "biglist":
             pad = ["dir/pad-%06d-%s.bin" % (i, "x" * 60) for i in range(20000)]
             keys = ["dir/a.safetensors"] + pad + ["dir/b.safetensors"]
+        if bucket == "hugelist":
+            key = "<Contents><Key>dir/pad-%s.bin</Key><Size>1</Size></Contents>" % ("x" * 960)
+            return self._send(200, ("<ListBucketResult>%s</ListBucketResult>" % (key * (65 << 10))).encode())
         more = ""
         if bucket == "sametoken":
             more = "<IsTruncated>true</IsTruncated><NextContinuationToken>t1</NextContinuationToken>"
