@@ -53,7 +53,7 @@ static void listing(const uint8_t *data, size_t size) {
     char **urls = NULL, *token = NULL;
     size_t n = 0, cap = 0;
     int more = 0;
-    int rc = tzr_s3_list_page(body, size, "s3://b/p/", "b", 2, ".safetensors", &urls, &n, &cap, &more, &token);
+    int rc = tzr_s3_list_page(body, size, "s3://b/p/", "b", "p/", 2, ".safetensors", &urls, &n, &cap, &more, &token);
     if (!rc) {
         for (size_t i = 0; i < n; i++) {
             size_t l = strlen(urls[i]);

@@ -81,6 +81,10 @@ typedef struct tzr_http_stats {
 } tzr_http_stats;
 TZR_API int tzr_source_http_stats(tzr_source *src, tzr_http_stats *st);
 
+/* 1 when s3://bucket/key exists (HEAD answers 2xx), 0 when it does not
+ * (404), else a TZR_E* error (403, network). opt may be NULL. */
+TZR_API int tzr_s3_exists(const char *url, const tzr_http_options *opt);
+
 /* Multipart S3 output for s3://bucket/key. part_bytes 0 = 16 MiB (min
  * 5 MiB). Parts are uploaded as they fill, opt->max_inflight of them at
  * once (0: 8; a writer that gets ahead waits, so host memory stays about

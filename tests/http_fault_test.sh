@@ -48,6 +48,14 @@ $TZ -q "$URL/silent/m.tensors" -o "$T/x.tensors" --timeout 1 2> "$T/tz.err"
 check tensorize_timeout_exit_1 test $? = 1
 check tensorize_timeout_message grep -q "no answer" "$T/tz.err"
 check tensorize_timeout_no_output test ! -e "$T/x.tensors"
+# A server that answers at 1 byte/s fails within a few --timeout windows
+# (each transfer held to 1 KiB/s), and the attempts it names are the GETs
+# that were made (timeout 200 only guards against a hang: the budget is 300 s).
+: > "$W/requests.log"
+timeout 200 $DT "$URL/trickle/m.tensors" --list --timeout 2 > /dev/null 2> "$T/trickle.err"
+check trickle_read_fails test $? = 1
+n=$(sed -n 's/.* \([0-9][0-9]*\) attempts.*/\1/p' "$T/trickle.err" | head -1)
+check trickle_attempts_counted sh -c "test -n '$n' && test '$n' -gt 1 && test '$n' = \$(grep -c '^GET /trickle/' '$W/requests.log')"
 $DT "$URL/ok/m.tensors" --list --timeout abc > /dev/null 2>&1
 check timeout_not_a_number_is_usage test $? = 2
 $TZ -q "$W/m.tensors" -o "$T/y.tensors" --timeout 0 2>/dev/null

@@ -6,10 +6,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "cli.h"
 #include "cli_output.h"
+#include "tzr_http.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
 #include "tzr_shard.h"
@@ -473,6 +475,13 @@ static char *export_name(const tzr_tensor_info *t) {
     return out;
 }
 
+/* -o OUT: a local file (written beside it, renamed into place) or an
+ * s3:// object (a multipart upload, completed at the end or aborted). */
+static int open_output(tzr_output **out, const char *path, int force) {
+    if (strncasecmp(path, "s3://", 5) == 0) return tzr_output_open_s3(out, path, NULL, 0);
+    return tzr_output_open_file_flags(out, path, force ? 0 : TZR_OUTPUT_NOREPLACE);
+}
+
 /* -o OUT.tensors: a plain (uncompressed, unencrypted) copy tensorizer reads. */
 static int export_tensors(const opts *o, tzr_reader *r) {
     tzr_writer *w;
@@ -536,7 +545,7 @@ static int do_export(const opts *o, tzr_reader *r) {
         e.slot_of[i] = m++;
     }
     tzr_output *out = NULL;
-    if (!rc) rc = tzr_output_open_file_flags(&out, o->output, o->force ? 0 : TZR_OUTPUT_NOREPLACE);
+    if (!rc) rc = open_output(&out, o->output, o->force);
     if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, st_meta_keys, st_meta_values, 1);
     if (rc && rc != TZR_ENOTSUP && !cli_stop_signal) cli_lib_error(rc);
     if (!rc) {
@@ -668,7 +677,7 @@ static int shard_export(const opts *o, tzr_shard_set *set) {
         e.slot_of[i] = m++;
     }
     tzr_output *out = NULL;
-    if (!rc) rc = tzr_output_open_file_flags(&out, o->output, o->force ? 0 : TZR_OUTPUT_NOREPLACE);
+    if (!rc) rc = open_output(&out, o->output, o->force);
     if (!rc) rc = tzr_st_writer_open(&e.w, out, decl, m, st_meta_keys, st_meta_values, 1);
     if (rc && rc != TZR_ENOTSUP && !cli_stop_signal) cli_lib_error(rc);
     if (!rc) {

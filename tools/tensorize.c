@@ -348,6 +348,14 @@ int main(int argc, char **argv) {
         cli_error(rules ? "--split-dim goes with --shards" : "--shards takes 1 to %d", TZR_SHARD_MAX);
         return EXIT_USAGE;
     }
+    /* A shard set is files and a manifest that names them by path; its
+     * writer cannot put them in a bucket. Said before anything is read or
+     * uploaded. */
+    if (shards && cli_is_url(output)) {
+        cli_error("--shards writes local files only (%s): write the set to a directory, then upload it "
+                  "(aws s3 cp --recursive DIR s3://BUCKET/PREFIX/)", output);
+        return EXIT_USAGE;
+    }
     /* With --shards, each tensor is cut into the shard files as it is
      * read: no joined copy of the model on disk. */
     char prefix[4096], manifest[4200];
@@ -428,7 +436,9 @@ int main(int argc, char **argv) {
         else tzr_writer_abort(w.w);
         close_inputs(inputs, ninputs);
         if (cli_stop_signal) return cli_output_stopped(0);
-        cli_lib_message(msg);
+        /* An abort that failed adds what it left behind (an S3 upload). */
+        const char *after = tzr_last_error();
+        cli_lib_message(strncmp(after, msg, strlen(msg)) == 0 ? after : msg);
         cli_error("nothing was written to %s", shards ? manifest : target);
         return EXIT_FAIL;
     }

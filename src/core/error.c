@@ -1,6 +1,7 @@
 /* The one error convention: negative codes plus a per-thread message. */
 #include "internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -124,6 +125,36 @@ void tzr_clear_error(void) {
 
 void tzr_error_keep(tzr_error_state *s) { *s = cur; }
 void tzr_error_put(const tzr_error_state *s) { cur = *s; }
+
+/* Notes wait for the outermost kept scope: an inner one's put-back would
+ * be undone by the outer one's. */
+static _Thread_local int keep_depth;
+static _Thread_local char note[512];
+
+static void note_append(void) {
+    size_t l = strlen(last_msg);
+    if (note[0]) snprintf(last_msg + l, sizeof last_msg - l, "%s", note);
+    note[0] = 0;
+}
+
+void tzr_error_scope_enter(tzr_error_state *s) {
+    *s = cur;
+    keep_depth++;
+}
+
+void tzr_error_scope_leave(const tzr_error_state *s) {
+    cur = *s;
+    if (--keep_depth == 0) note_append();
+}
+
+void tzr_error_note(const char *fmt, ...) {
+    size_t l = strlen(note);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(note + l, sizeof note - l, fmt, ap);
+    va_end(ap);
+    if (keep_depth == 0) note_append();
+}
 
 void tzr_error_save(char *buf, size_t cap, int *code) {
     snprintf(buf, cap, "%s", last_msg);

@@ -52,9 +52,16 @@ TZR_HIDDEN void tzr_error_put(const tzr_error_state *s);
 /* First statement of every free/abort/close-after-failure: the thread's
  * error is put back when the function returns, whatever the callbacks it
  * runs (a source's destroy, an output's abort) record meanwhile. */
-#define TZR_KEEP_ERROR                                                            \
-    tzr_error_state tzr_kept_error_ __attribute__((cleanup(tzr_error_put))); \
-    tzr_error_keep(&tzr_kept_error_)
+#define TZR_KEEP_ERROR                                                                    \
+    tzr_error_state tzr_kept_error_ __attribute__((cleanup(tzr_error_scope_leave))); \
+    tzr_error_scope_enter(&tzr_kept_error_)
+TZR_HIDDEN void tzr_error_scope_enter(tzr_error_state *s);
+TZR_HIDDEN void tzr_error_scope_leave(const tzr_error_state *s);
+/* Cleanup that leaves something behind (an S3 upload it could not abort)
+ * adds that to the failure it follows instead of replacing it: appended to
+ * the message when the outermost TZR_KEEP_ERROR puts it back (at once when
+ * none is active). */
+TZR_HIDDEN void tzr_error_note(const char *fmt, ...) TZR_PRINTF(1, 2);
 
 /* Every public entry point taking an options struct reads it through this:
  * `copy` holds the defaults (the struct's *_INIT); opt may be NULL (the

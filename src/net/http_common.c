@@ -150,6 +150,9 @@ void tzr_http_easy_common(tzr_http_common *c, void *easy, double remaining_s) {
     curl_easy_setopt(e, CURLOPT_USERAGENT, "libtzr/" "0.1.0");
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* S3 keys are opaque ("d/../x" is a key of its own): send the path as
+     * it was signed, without curl's dot-segment squashing. */
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
     /* A stalled server must not hang the load: fail a transfer that moves
      * less than 1 KiB/s for the stall time (waiting for the answer
      * included); it is then retried. */
@@ -287,16 +290,21 @@ static size_t call_write(char *b, size_t sz, size_t n, void *u) {
     call_io *io = u;
     tzr_http_call *c = io->call;
     size_t len = sz * n;
-    const size_t cap = 1u << 20;
-    size_t take = c->resp_len + len > cap ? cap - c->resp_len : len;
-    if (take > 0) {
-        char *nr = realloc(c->resp, c->resp_len + take + 1);
+    if (len > TZR_HTTP_MAX_ANSWER - c->resp_len) {
+        c->too_big = 1;
+        return 0; /* curl stops the transfer: an answer cut short would be read wrong */
+    }
+    if (c->resp_len + len + 1 > c->resp_cap) {
+        size_t cap = c->resp_cap ? c->resp_cap : 4096;
+        while (cap < c->resp_len + len + 1) cap *= 2;
+        char *nr = realloc(c->resp, cap);
         if (!nr) return 0;
         c->resp = nr;
-        memcpy(c->resp + c->resp_len, b, take);
-        c->resp_len += take;
-        c->resp[c->resp_len] = 0;
+        c->resp_cap = cap;
     }
+    memcpy(c->resp + c->resp_len, b, len);
+    c->resp_len += len;
+    c->resp[c->resp_len] = 0;
     return len;
 }
 
@@ -320,7 +328,8 @@ static int call_seek(void *u, curl_off_t off, int origin) {
 void tzr_http_call_reset(tzr_http_call *c) {
     free(c->resp);
     c->resp = NULL;
-    c->resp_len = 0;
+    c->resp_len = c->resp_cap = 0;
+    c->too_big = 0;
 }
 
 int tzr_http_perform(tzr_http_common *cm, tzr_http_call *c) {
@@ -407,6 +416,9 @@ int tzr_http_perform(tzr_http_common *cm, tzr_http_call *c) {
         free(url);
         if (!errbuf[0]) snprintf(errbuf, sizeof errbuf, "%s", curl_easy_strerror(cc));
         int retry;
+        if (c->too_big)
+            return tzr_fail(TZR_ELIMIT, "%s: %s: the answer is over %u MiB; refusing it rather than reading part of it",
+                            what, c->method, TZR_HTTP_MAX_ANSWER >> 20);
         if (cc == CURLE_TOO_MANY_REDIRECTS)
             return tzr_fail(TZR_EHTTP, "%s: %s: redirect loop (more than %d redirects)", what,
                             c->method, TZR_HTTP_MAX_REDIRS);

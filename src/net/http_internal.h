@@ -136,6 +136,10 @@ TZR_HIDDEN double tzr_http_retry_delay_s(int attempt, long status, double retry_
 TZR_HIDDEN const char *tzr_http_curl_hint(int curlcode);
 TZR_HIDDEN int tzr_http_status_retryable(long status);
 TZR_HIDDEN int tzr_http_curl_retryable(int curlcode);
+/* The largest answer body a call reads (a ListObjectsV2 page of 1000
+ * long keys, a Complete answer padded with keep-alive blanks): read whole
+ * up to this, refused past it, never cut silently. */
+#define TZR_HTTP_MAX_ANSWER (64u << 20)
 /* Redirects followed per request; more is reported as a redirect loop. */
 #define TZR_HTTP_MAX_REDIRS 10
 /* Attempts at a request the server never answers (stall timeout before
@@ -172,8 +176,9 @@ typedef struct tzr_http_call {
     char location[512];
     long long content_length;           /* -1 unknown */
     double retry_after;                 /* Retry-After seconds, -1 none */
-    char *resp;                         /* body (capped at 1 MiB), NUL-ended */
-    size_t resp_len;
+    char *resp;                         /* body, NUL-ended; over TZR_HTTP_MAX_ANSWER fails */
+    size_t resp_len, resp_cap;
+    int too_big;                        /* the answer went past TZR_HTTP_MAX_ANSWER */
     int attempts;
     char last_modified[64];
     char content_encoding[64];
@@ -185,11 +190,13 @@ TZR_HIDDEN void tzr_http_call_reset(tzr_http_call *call); /* frees resp */
 TZR_HIDDEN int tzr_http_status_error(const tzr_http_call *call, const tzr_s3_config *cfg);
 
 /* One ListObjectsV2 answer (body NUL-ended at len): appends
- * "s3://bucket/KEY" for each key ending in suffix with no '/' after its
- * first prefix_len bytes to *urls (*n of *cap used); *more and *token
+ * "s3://bucket/KEY" for each key that starts with the prefix_len bytes of
+ * prefix and ends in suffix, with no '/' after the prefix, to *urls (*n of
+ * *cap used); *more and *token
  * (percent-encoded, malloc'd) say whether and how to ask for the next page.
  * what names the listing in messages. */
-TZR_HIDDEN int tzr_s3_list_page(const char *body, size_t len, const char *what, const char *bucket, size_t prefix_len,
+TZR_HIDDEN int tzr_s3_list_page(const char *body, size_t len, const char *what, const char *bucket,
+                                const char *prefix, size_t prefix_len,
                                 const char *suffix, char ***urls, size_t *n, size_t *cap, int *more, char **token);
 
 /* A header value without surrounding blanks and line end, cut to cap. */

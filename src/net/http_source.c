@@ -48,7 +48,8 @@ typedef struct range_task {
     size_t len;
     size_t got;     /* bytes already in the iovecs */
     size_t got_at_start;
-    int attempts;
+    int attempts;   /* requests made for this range, all told */
+    int failures;   /* attempts since the last one that moved real data */
     int noanswer;   /* attempts that timed out before any answer */
     double next_at;
     int active, done;
@@ -399,16 +400,21 @@ static int job_start(read_job *j, double now) {
  * wait that would end past the time budget. */
 static int job_retry(read_job *j, range_task *t) {
     snprintf(j->last_err, sizeof j->last_err, "%s", t->errbuf);
-    /* Progress resets the per-range retry count. */
-    if (t->got > t->got_at_start && t->attempts > 1) t->attempts = 1;
+    /* Real progress resets the retry count: at least what the low-speed
+     * limit asks of one stall window (a server trickling a few bytes per
+     * attempt would otherwise be retried until the whole budget is spent).
+     * Messages give the attempts actually made. */
+    size_t real = (size_t)(1024 * (j->o->stall_timeout_s + 0.5));
+    if (t->got - t->got_at_start >= real || t->got == t->len) t->failures = 0;
+    t->failures++;
     int code = t->status && t->status != 200 && t->status != 206 ? TZR_EHTTP : TZR_ENET;
     uint64_t a = t->off + t->got, b = t->off + t->len - 1;
     const char *name = j->h->name;
-    if (t->attempts > j->o->max_retries)
+    if (t->failures > j->o->max_retries)
         return tzr_fail(code, "%s: GET bytes %" PRIu64 "-%" PRIu64 " failed after %d attempts: %s",
                         name, a, b, t->attempts, t->errbuf);
     int asked = 0;
-    double wait = tzr_http_retry_delay_s(t->attempts, t->status, t->retry_after, &asked);
+    double wait = tzr_http_retry_delay_s(t->failures, t->status, t->retry_after, &asked);
     double now = tzr_now_s();
     if (asked && now + wait > j->deadline)
         return tzr_fail(code,

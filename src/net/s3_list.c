@@ -50,8 +50,8 @@ static int add_url(char ***urls, size_t *n, size_t *cap, const char *bucket, con
     return 0;
 }
 
-int tzr_s3_list_page(const char *body, size_t len, const char *what, const char *bucket, size_t prefix_len,
-                     const char *suffix, char ***urls, size_t *n, size_t *cap, int *more, char **token) {
+int tzr_s3_list_page(const char *body, size_t len, const char *what, const char *bucket, const char *prefix,
+                     size_t prefix_len, const char *suffix, char ***urls, size_t *n, size_t *cap, int *more, char **token) {
     const char *end = body + len;
     int rc = 0;
     *more = 0, *token = NULL;
@@ -64,9 +64,11 @@ int tzr_s3_list_page(const char *body, size_t len, const char *what, const char 
         if (!k || xml_unescape(k, kl, key, sizeof key))
             rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 answer has a bad <Key> at byte %zu", what, (size_t)(blk - body));
         size_t l = rc ? 0 : strlen(key), sl = strlen(suffix);
-        /* Directly under the prefix, and not a hidden (dot) file. */
-        if (!rc && l > sl && l > prefix_len && strcmp(key + l - sl, suffix) == 0 && !strchr(key + prefix_len, '/') &&
-            key[prefix_len] != '.')
+        /* Directly under the prefix asked for (a server may list others:
+         * they are not followed), and not a hidden (dot) file; so no dot
+         * segment past the prefix. */
+        if (!rc && l > sl && l > prefix_len && strncmp(key, prefix, prefix_len) == 0 &&
+            strcmp(key + l - sl, suffix) == 0 && !strchr(key + prefix_len, '/') && key[prefix_len] != '.')
             rc = add_url(urls, n, cap, bucket, key);
         p = blk + bl;
     }
@@ -89,7 +91,7 @@ int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_optio
     tzr_s3_config cfg = {0};
     tzr_s3_target tgt = {0};
     tzr_http_common *common = NULL;
-    char *enc_prefix = NULL, *token = NULL, *q = NULL, probe[4200];
+    char *enc_prefix = NULL, *token = NULL, *prev = NULL, *q = NULL, probe[4200];
     /* A target for a key under the bucket, then its path cut to the bucket. */
     if ((size_t)snprintf(probe, sizeof probe, "%sx", prefix_url) >= sizeof probe)
         return tzr_fail(TZR_ELIMIT, "%.200s...: URL over %zu bytes", prefix_url, sizeof probe - 2);
@@ -128,10 +130,16 @@ int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_optio
             rc = tzr_fail_prefix(tzr_http_status_error(&c, &cfg), "%s: listing the prefix (ListObjectsV2): ",
                                  prefix_url);
         int more = 0;
-        free(token);
+        free(prev);
+        prev = token; /* the token this page was asked with */
         token = NULL;
-        if (!rc) rc = tzr_s3_list_page(c.resp ? c.resp : "", c.resp_len, prefix_url, tgt.bucket, klen, suffix, urls, n,
+        if (!rc) rc = tzr_s3_list_page(c.resp ? c.resp : "", c.resp_len, prefix_url, tgt.bucket, tgt.key, klen, suffix, urls, n,
                                        &cap, &more, &token);
+        /* A server that hands back the token it was given would have us
+         * ask for the same page until the page cap. */
+        if (!rc && more && prev && strcmp(prev, token) == 0)
+            rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 page %d gives back the continuation token it was asked with; "
+                                     "the listing would never end", prefix_url, page + 1);
         if (!rc && more && page > 10000)
             rc = tzr_fail(TZR_EHTTP, "%s: ListObjectsV2 gives more than 10000 pages", prefix_url);
         tzr_http_call_reset(&c);
@@ -144,6 +152,7 @@ out:
         *urls = NULL, *n = 0;
     }
     free(token);
+    free(prev);
     free(q);
     free(enc_prefix);
     tzr_s3_target_free(&tgt);

@@ -19,6 +19,8 @@
  * bodies are signed over http:// and UNSIGNED-PAYLOAD over https://. */
 #include "http_internal.h"
 
+#include <ctype.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -92,6 +94,8 @@ static int s3_call(s3_out *o, tzr_http_call *c, const char *method, const char *
     return 0;
 }
 
+static int completed_before(s3_out *o, size_t n);
+
 static int initiate(s3_out *o) {
     if (o->upload_id) return 0;
     tzr_http_call c;
@@ -109,6 +113,21 @@ static int initiate(s3_out *o) {
     o->upload_id = tzr_uri_encode(p, idl, 0);
     tzr_http_call_reset(&c);
     return o->upload_id ? 0 : tzr_fail(TZR_ENOMEM, "out of memory");
+}
+
+/* An ETag as XML character data (it is the server's text: quotes always,
+ * and nothing keeps it from holding & or <). Returns the bytes written;
+ * dst has room for 6 per byte of s. */
+static size_t xml_escape(char *dst, const char *s) {
+    size_t l = 0;
+    for (; *s; s++) {
+        const char *e = *s == '&' ? "&amp;" : *s == '<' ? "&lt;" : *s == '>' ? "&gt;" : *s == '"' ? "&quot;"
+                      : *s == '\'' ? "&apos;" : NULL;
+        if (e) l += (size_t)sprintf(dst + l, "%s", e);
+        else dst[l++] = *s;
+    }
+    dst[l] = 0;
+    return l;
 }
 
 static size_t part_len(s3_out *o, size_t i) {
@@ -297,19 +316,25 @@ static int s3_finish(tzr_output *out) {
     if (!rc && o->failed) rc = restore_failure(o);
     pthread_mutex_unlock(&o->mu);
     if (rc) return rc;
-    size_t cap = 128 + n * 360;
+    size_t cap = 128 + n * (80 + 6 * sizeof o->parts[0]->etag); /* every ETag byte may become "&quot;" */
     char *xml = malloc(cap);
     if (!xml) return tzr_fail(TZR_ENOMEM, "out of memory");
     size_t l = (size_t)snprintf(xml, cap, "<CompleteMultipartUpload>");
-    for (size_t i = 0; i < n; i++)
-        l += (size_t)snprintf(xml + l, cap - l,
-                              "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag></Part>", i + 1,
-                              o->parts[i]->etag);
+    for (size_t i = 0; i < n; i++) {
+        l += (size_t)snprintf(xml + l, cap - l, "<Part><PartNumber>%zu</PartNumber><ETag>", i + 1);
+        l += xml_escape(xml + l, o->parts[i]->etag);
+        l += (size_t)snprintf(xml + l, cap - l, "</ETag></Part>");
+    }
     l += (size_t)snprintf(xml + l, cap - l, "</CompleteMultipartUpload>");
     char q[600];
     snprintf(q, sizeof q, "uploadId=%s", o->upload_id);
     tzr_http_call c;
     rc = s3_call(o, &c, "POST", q, xml, l);
+    /* NoSuchUpload: an earlier send of this Complete (ours, or curl's own
+     * resend on a reused connection) may have been carried out and only
+     * its answer lost. The object at the key tells. */
+    if (rc && c.status == 404 && c.resp && strstr(c.resp, "NoSuchUpload"))
+        rc = completed_before(o, n);
     tzr_http_call_reset(&c);
     free(xml);
     if (!rc) {
@@ -317,6 +342,56 @@ static int s3_finish(tzr_output *out) {
         o->upload_id = NULL;
     }
     return rc;
+}
+
+/* The ETag S3 gives an object completed from these parts: the MD5 of
+ * the parts' binary MD5s, "-N". 0, or -1 when a part's ETag is not an MD5
+ * (some servers' are not: then only the size can be compared). */
+static int multipart_etag(s3_out *o, size_t n, char out[64]) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_md5(), NULL);
+    for (size_t i = 0; ok && i < n; i++) {
+        const char *e = o->parts[i]->etag;
+        if (*e == '"') e++;
+        uint8_t md5[16];
+        for (int k = 0; ok && k < 16; k++) {
+            unsigned v;
+            ok = isxdigit((unsigned char)e[2 * k]) && isxdigit((unsigned char)e[2 * k + 1]) &&
+                 sscanf(e + 2 * k, "%2x", &v) == 1;
+            md5[k] = (uint8_t)v;
+        }
+        ok = ok && (e[32] == '"' || e[32] == 0) && EVP_DigestUpdate(ctx, md5, 16);
+    }
+    uint8_t d[16];
+    ok = ok && EVP_DigestFinal_ex(ctx, d, NULL);
+    EVP_MD_CTX_free(ctx);
+    if (!ok) return -1;
+    int l = snprintf(out, 64, "\"");
+    for (int k = 0; k < 16; k++) l += snprintf(out + l, 64 - (size_t)l, "%02x", d[k]);
+    snprintf(out + l, 64 - (size_t)l, "-%zu\"", n);
+    return 0;
+}
+
+/* After a Complete retried into NoSuchUpload: 0 when the object at the key
+ * is the one these parts make (its ETag is theirs, its size ours), else
+ * the error saying nothing was written. */
+static int completed_before(s3_out *o, size_t n) {
+    char want[64], saved[1024];
+    int code, have = multipart_etag(o, n, want) == 0;
+    tzr_error_save(saved, sizeof saved, &code);
+    tzr_http_call h;
+    int rc = s3_call(o, &h, "HEAD", NULL, NULL, 0);
+    int ours = !rc && have && strcmp(h.etag, want) == 0 && h.content_length == (long long)o->size;
+    char got[256];
+    snprintf(got, sizeof got, "%s", rc ? "none" : h.etag);
+    tzr_http_call_reset(&h);
+    if (ours) {
+        tzr_clear_error();
+        return 0;
+    }
+    tzr_error_restore(saved, code);
+    return tzr_fail_prefix(code, "%s: the upload is gone and the object there is not the one its parts make "
+                                 "(ETag %s, expected %s): ", o->name, got, have ? want : "unknown");
 }
 
 static void s3_abort(tzr_output *out) {
@@ -332,9 +407,17 @@ static void s3_abort(tzr_output *out) {
         int code;
         tzr_error_save(saved, sizeof saved, &code);
         tzr_http_call c;
-        s3_call(o, &c, "DELETE", q, NULL, 0);
+        int rc = s3_call(o, &c, "DELETE", q, NULL, 0);
         tzr_http_call_reset(&c);
+        char why[400];
+        snprintf(why, sizeof why, "%s", rc ? tzr_last_error() : "");
         tzr_error_restore(saved, code);
+        /* The upload stays on the server with its parts (and is billed):
+         * say which one, after the failure that led here. */
+        if (rc)
+            tzr_error_note("; and aborting multipart upload %s of %s failed too (%s): it is left on the server, "
+                           "abort it with 'aws s3api abort-multipart-upload --bucket %s --key %s --upload-id %s'",
+                           o->upload_id, o->name, why, o->tgt.bucket, o->tgt.key, o->upload_id);
         free(o->upload_id);
         o->upload_id = NULL;
     }

@@ -30,6 +30,7 @@ The first path component selects a fault mode: /MODE/NAME serves DIR/NAME.
   loopget  HEAD is fine, every GET answers 302 to itself
   gzip     GETs answer with a gzip-encoded body (Content-Encoding: gzip)
   gziphead HEAD says Content-Encoding: gzip
+  trickle  HEAD is fine; GETs send their headers, then 1 byte a second
   silent   reads every request and never answers (closes after 30 s)
   silentget  HEAD is fine, GETs are never answered
   partfail   a minimal S3 multipart target (bucket = mode): UploadPart of
@@ -193,6 +194,13 @@ class H(BaseHTTPRequestHandler):
                     time.sleep(0.05)
                 self.wfile.write(f.read(length - half))
                 self.wfile.flush()
+                return
+            elif mode == "trickle":
+                for _ in range(min(length, 600)):
+                    self.wfile.write(f.read(1))
+                    self.wfile.flush()
+                    time.sleep(1)
+                self.close_connection = True
                 return
             left = length if not cut else max(1, length // 2)
             while left > 0:

@@ -3,10 +3,12 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "tzr_http.h"
 
 volatile sig_atomic_t cli_stop_signal;
 
@@ -29,7 +31,19 @@ static const char *kind_of(mode_t m) {
 
 int cli_output_check(const char *path, int force) {
     struct stat st;
-    if (strstr(path, "://")) return 0;
+    /* Only the schemes the library opens are URLs: "x://keep.tensors" is
+     * a local path (directory "x:") and is checked as one. */
+    if (strncasecmp(path, "s3://", 5) == 0) {
+        int rc = tzr_s3_exists(path, NULL);
+        if (rc < 0) {
+            cli_error("%s: cannot tell whether it exists: %s", path, tzr_last_error());
+            return -1;
+        }
+        if (rc == 0 || force) return 0;
+        cli_error("%s exists; give --force to replace it", path);
+        return -1;
+    }
+    if (cli_is_url(path)) return 0; /* http(s): refused when opened for writing */
     if (lstat(path, &st) != 0) {
         /* Missing: its directory must exist (the library says the same at
          * open; here it is said before any input is read). */
@@ -86,11 +100,11 @@ static void on_stop(int sig) {
 
 void cli_output_guard(const char *target, const char *extra) {
     struct stat st;
-    int existed = strstr(target, "://") == NULL && lstat(target, &st) == 0;
+    int existed = !cli_is_url(target) && lstat(target, &st) == 0;
     snprintf(target_text, sizeof target_text, "%s", target);
     snprintf(extra_path, sizeof extra_path, "%s", extra ? extra : "");
     kept_which = 0;
-    if (strstr(target, "://")) snprintf(kept_texts[0], sizeof kept_texts[0], "nothing written to %s", target);
+    if (cli_is_url(target)) snprintf(kept_texts[0], sizeof kept_texts[0], "nothing written to %s", target);
     else if (existed) snprintf(kept_texts[0], sizeof kept_texts[0], "nothing written, existing %s left untouched", target);
     else snprintf(kept_texts[0], sizeof kept_texts[0], "nothing written, %s not created", target);
     struct sigaction sa;
