@@ -7,7 +7,7 @@ SAN ?=
 OPT ?= -O2
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
               -fPIC -fvisibility=hidden -Iinclude $(SRC_INCLUDES) $(SAN)
-# src/ is one folder per layer (README "Layout"); every folder is on the
+# src/ is one folder per layer (docs/architecture.md); every folder is on the
 # include path, so files include each other's headers by name.
 SRC_DIRS := $(sort $(dir $(wildcard src/*/*.c src/*/*.h)))
 SRC_INCLUDES := $(addprefix -I,$(SRC_DIRS:%/=%))

@@ -89,7 +89,7 @@ a, b = load(sys.argv[1]), load(sys.argv[2])
 assert a.keys() == b.keys()
 assert [k for k in a if a[k] != b[k]] == ["embed.weight"], [k for k in a if a[k] != b[k]]
 PY
-check no_verify_documented sh -c "$DT --help | grep -q -- --no-verify && grep -q -- --no-verify README.md"
+check no_verify_documented sh -c "$DT --help | grep -q -- --no-verify && grep -q -- --no-verify docs/cli.md"
 $DT "$T/a.tensors" --verify --no-verify >/dev/null 2>&1
 check no_verify_with_verify_is_usage test $? = 2
 check no_temp_files_left sh -c "! ls -A $T $T/sh | grep -q -e '\.tmp' -e tzr-joined"

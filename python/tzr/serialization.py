@@ -1,5 +1,5 @@
 """TensorSerializer / TensorDeserializer with tensorizer's names and meanings,
-over libtzr. See README ("Python") for what differs from tensorizer."""
+over libtzr. See docs/python.md for what differs from tensorizer."""
 import collections
 import ctypes
 import dataclasses

@@ -1,6 +1,6 @@
 """tensorizer's import names over tzr (libtzr), for code written for tensorizer.
 
-Opt-in: put python/compat first on sys.path (README, "Python"): `import
+Opt-in: put python/compat first on sys.path (docs/python.md): `import
 tensorizer` then gives tzr's classes, so tensorizer's callers (vLLM's
 loader, its examples and tests) run on libtzr unchanged. Every module here
 is the tzr module itself, so patching `tensorizer.serialization.X` patches
