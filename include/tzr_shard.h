@@ -123,7 +123,9 @@ TZR_API int tzr_shard_split(tzr_reader *in, const char *prefix, int nshards, con
  * checkpoint that lands as shards, with no joined copy): open, add each
  * whole tensor (its bytes in memory; meta tensors may pass NULL and are
  * written as zeros), close writes every shard file and the manifest.
- * abort (and a failed add or close) leaves nothing. */
+ * abort (and a failed add or close) leaves nothing. With the file options'
+ * no_replace, the manifest is published as the shard files are: one that
+ * another writer published meanwhile is kept, and close fails "exists". */
 typedef struct tzr_shard_splitter tzr_shard_splitter;
 TZR_API int tzr_shard_splitter_open(tzr_shard_splitter **out, const char *prefix, int nshards, const char *rules,
                                     const tzr_shard_split_options *opt);

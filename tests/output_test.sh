@@ -175,6 +175,54 @@ else
 fi
 stop_server
 
+# ---- the same for shard sets. gate_run DIR WAIT-NAME ARGS...: a tensorize
+# from the gated origin (pid in $pid), held once WAIT-NAME's temporary is in DIR.
+gate_run() {
+    local dir=$1 name=$2 i; shift 2
+    stop_server
+    rm -f "$T/slow.port" "$T/slow/gate.open"
+    python3 tests/util/faulty_http.py "$T/slow" "$T/slow.port" 2>/dev/null &
+    srv=$!
+    for i in $(seq 100); do [ -s "$T/slow.port" ] && break; sleep 0.1; done
+    $TZ -q "http://127.0.0.1:$(cat "$T/slow.port")/gate/a.safetensors" "$@" 2> "$dir.err" &
+    pid=$!
+    wait_temp "$dir" "$name" && return 0
+    kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
+    return 1
+}
+# A held 2-shard run and a 3-shard run to one new OUT: other shard names,
+# one manifest name. The manifest the other run published is kept; the
+# loser fails "exists" and removes the shards and sidecars it published,
+# so no half of its set lies beside the winner's.
+mkdir "$T/srace"
+if gate_run "$T/srace" ck-rank-00000-of-00002.tensors --shards 2 -o "$T/srace/ck.tensors"; then
+    $TZ -q "$T/b.safetensors" --shards 3 -o "$T/srace/ck.tensors" 2> "$T/srace2.err"; rc2=$?
+    touch "$T/slow/gate.open"
+    wait $pid; rc1=$?
+    check shard_manifest_second_writer_not_replaced sh -c "test $rc2 = 0 && test $rc1 = 1 &&
+        grep -q 'ck.tzr-index.json exists' '$T/srace.err' && grep -q '\"shard_count\": 3' '$T/srace/ck.tzr-index.json'"
+    check shard_manifest_loser_leaves_nothing test "$(ls -A "$T/srace" | tr '\n' ' ')" = \
+        "ck-rank-00000-of-00003.tensors ck-rank-00001-of-00003.tensors ck-rank-00002-of-00003.tensors ck.tzr-index.json "
+    $DT "$T/srace/ck.tzr-index.json" --verify > /dev/null 2> "$T/srace3.err"
+    check shard_manifest_winner_verifies test $? = 0
+else
+    fail shard_manifest_second_writer_not_replaced "tensorize never created its temporary file"
+fi
+# A shard file another run published while this set was written: the
+# shards published before it are removed again (rank 0 here).
+mkdir "$T/vrace"
+if gate_run "$T/vrace" m-000.tensors --shards 2 --names vllm -o "$T/vrace/m-%03d.tensors"; then
+    $TZ -q "$T/b.safetensors" -o "$T/vrace/m-001.tensors" 2> "$T/vrace2.err"; rc2=$?
+    touch "$T/slow/gate.open"
+    wait $pid; rc1=$?
+    check shard_lost_publish_removes_published sh -c "test $rc2 = 0 && test $rc1 = 1 &&
+        grep -q 'm-001.tensors exists' '$T/vrace.err' && test \"\$(ls -A '$T/vrace')\" = m-001.tensors &&
+        cmp '$T/vrace/m-001.tensors' '$T/b.tensors'"
+else
+    fail shard_lost_publish_removes_published "tensorize never created its temporary file"
+fi
+stop_server
+
 # ---- SIGINT / SIGTERM / SIGHUP: temp removed, message says what was kept
 sigcase() { # SIGNAL EXIT-STATUS PREEXISTING(0/1)
     local sig=$1 want=$2 pre=$3 d="$T/s_$1_$3" rc

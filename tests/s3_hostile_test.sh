@@ -101,3 +101,15 @@ check s3_export_from_shards_bytes cmp "$T/s.safetensors" "$T/local.safetensors"
 $G $DT "$T/big.safetensors" -q -o s3://latecomplete/e.safetensors 2> "$T/le.err"
 check s3_export_failure_leaves_nothing sh -c "test $? = 1 && grep -q '^DELETE /latecomplete/e.safetensors?uploadId=' '$LOG' &&
     ! python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1])' $URL/latecomplete/e.safetensors 2>/dev/null"
+# The same for a .tensors export (the writer's output): the bytes of a
+# local export, and a failed Complete aborts the upload, no object left.
+$DT "$T/m.tensors" -q -o "$T/local-e.tensors"
+$G $DT "$T/m.tensors" -q -o s3://plain/e.tensors 2> "$T/et.err"
+check s3_export_tensors_exit_0 test $? = 0
+get plain/e.tensors > "$T/e.tensors" 2>/dev/null
+check s3_export_tensors_bytes cmp "$T/e.tensors" "$T/local-e.tensors"
+$TZ -q "$T/big.safetensors" -o "$T/big.tensors"
+: > "$LOG"
+$G $DT "$T/big.tensors" -q -o s3://latecomplete/e.tensors 2> "$T/let.err"
+check s3_export_tensors_failure_leaves_nothing sh -c "test $? = 1 && grep -q '^DELETE /latecomplete/e.tensors?uploadId=' '$LOG' &&
+    ! python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1])' $URL/latecomplete/e.tensors 2>/dev/null"

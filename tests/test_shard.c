@@ -3,6 +3,7 @@
  * explicit slices, a plain file as a one-shard set, and manifests that
  * disagree with their shards (refused naming the tensor or shard). Every
  * byte is compared with the generator (tests/mpi/shard_model.h). */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -521,6 +522,50 @@ static void replaced_shard(void) {
     }
 }
 
+/* With the file options' no_replace the manifest is published as the
+ * shard files are: one another writer put there meanwhile (here before
+ * the split) is kept, the split fails "exists", and nothing of its set is
+ * left (shards, sidecars, temporaries). Without it the manifest is replaced. */
+static void split_no_replace_manifest(void) {
+    char dir[256], prefix[1024], m[1024];
+    path_in(dir, sizeof dir, check_tmpdir(), "noreplace");
+    mkdir(dir, 0755);
+    path_in(prefix, sizeof prefix, dir, "model");
+    path_in(m, sizeof m, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    FILE *f = fopen(m, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("theirs\n", f);
+    fclose(f);
+    tzr_reader *r = NULL;
+    CHECK_OK(tzr_reader_open(&r, src_path, NULL));
+    if (!r) return;
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    wo.no_replace = 1;
+    tzr_shard_split_options so = TZR_SHARD_SPLIT_OPTIONS_INIT;
+    so.file = &wo;
+    CHECK_RC(tzr_shard_split(r, prefix, 2, SM_RULES, &so), TZR_EIO);
+    CHECK(strstr(tzr_last_error(), "model" TZR_SHARD_MANIFEST_SUFFIX " exists") != NULL);
+    char buf[64] = {0};
+    f = fopen(m, "r");
+    CHECK(f && fgets(buf, sizeof buf, f) && strcmp(buf, "theirs\n") == 0);
+    if (f) fclose(f);
+    DIR *d = opendir(dir);
+    int others = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "model" TZR_SHARD_MANIFEST_SUFFIX)) {
+            printf("  left: %s\n", e->d_name);
+            others++;
+        }
+    if (d) closedir(d);
+    CHECK(d != NULL && others == 0);
+    CHECK_OK(tzr_shard_split(r, prefix, 2, SM_RULES, NULL)); /* replaces */
+    tzr_shard_set *s = open_set(dir);
+    CHECK(s && tzr_shard_nshards(s) == 2);
+    tzr_shard_close(s);
+    tzr_reader_free(r);
+}
+
 static void comm_without_mpi(void) {
 #ifdef TZR_HAVE_MPI
     check_skip("built with MPI (tests/mpi_test.sh covers it)");
@@ -575,6 +620,7 @@ int main(void) {
     RUN(bad_manifests);
     RUN(corrupt_shard_data);
     RUN(replaced_shard);
+    RUN(split_no_replace_manifest);
     RUN(comm_without_mpi);
     return check_done();
 }

@@ -48,8 +48,11 @@ TZR_HIDDEN int shard_table_validate(const shard_table *tb, const char *what);
 TZR_HIDDEN void shard_local_shape(const shard_entry *e, const shard_slice *sl, uint64_t *out);
 
 /* JSON (jansson stays inside shard_manifest.c). kind: "manifest" or the
- * sidecar of shard `shard`. */
-TZR_HIDDEN int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path);
+ * sidecar of shard `shard`; written as tzr_output_open_file_flags(flags). */
+TZR_HIDDEN int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path, unsigned flags);
+/* tzr_shard_manifest_build with the manifest's output flags
+ * (TZR_OUTPUT_NOREPLACE: a manifest another writer published is kept). */
+TZR_HIDDEN int shard_manifest_write(const char *prefix, int nshards, unsigned flags);
 TZR_HIDDEN int shard_json_read(const char *path, shard_table *tb, int *sidecar_shard);
 
 /* A Hugging Face model.safetensors.index.json: its weight_map, tensor

@@ -58,8 +58,9 @@ fail:
     return NULL;
 }
 
-int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path) {
+int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path, unsigned flags) {
     json_t *root = json_object(), *shards = json_array(), *ts = json_array();
+    char *text = NULL;
     int rc = TZR_ENOMEM;
     if (!root || !shards || !ts) goto out;
     json_object_set_new(root, "format", json_string(sidecar_shard >= 0 ? SHARD_FORMAT "-part" : SHARD_FORMAT));
@@ -85,19 +86,18 @@ int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path)
     }
     json_object_set_new(root, "tensors", ts);
     ts = NULL;
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
-        rc = tzr_fail(TZR_ELIMIT, "path '%s' is too long", path);
-        goto out;
-    }
-    if (json_dump_file(root, tmp, JSON_INDENT(1) | JSON_ENSURE_ASCII) != 0 || rename(tmp, path) != 0) {
-        unlink(tmp);
-        rc = tzr_fail(TZR_EIO, "cannot write '%s'", path);
-        goto out;
-    }
-    rc = 0;
+    if (!(text = json_dumps(root, JSON_INDENT(1) | JSON_ENSURE_ASCII))) goto out;
+    /* As every output: a temporary file beside path (removed on a signal),
+     * published with a rename that, with TZR_OUTPUT_NOREPLACE, fails
+     * "exists" rather than replace what another writer put there. */
+    tzr_output *o;
+    if ((rc = tzr_output_open_file_flags(&o, path, flags))) goto out;
+    rc = o->pwrite_at(o, text, strlen(text), 0);
+    if (!rc) rc = o->finish(o);
+    o->destroy(o);
 out:
     if (rc == TZR_ENOMEM) tzr_fail(rc, "out of memory");
+    free(text);
     json_decref(root), json_decref(shards), json_decref(ts);
     return rc;
 }
@@ -369,7 +369,9 @@ static int manifest_path(char *buf, size_t cap, const char *prefix) {
     return 0;
 }
 
-int tzr_shard_manifest_build(const char *prefix, int nshards) {
+int tzr_shard_manifest_build(const char *prefix, int nshards) { return shard_manifest_write(prefix, nshards, 0); }
+
+int shard_manifest_write(const char *prefix, int nshards, unsigned flags) {
     char path[4096], dir[4096];
     int rc = manifest_path(path, sizeof path, prefix);
     if (rc) return rc;
@@ -415,7 +417,7 @@ int tzr_shard_manifest_build(const char *prefix, int nshards) {
         shard_table_free(&p);
     }
     if (!rc) rc = shard_table_validate(&m, path);
-    if (!rc) rc = shard_json_write(&m, -1, path);
+    if (!rc) rc = shard_json_write(&m, -1, path, flags);
     for (int k = 0; k < nshards && !rc; k++) {
         char side[4096];
         if (!tzr_shard_file_name(side, sizeof side, prefix, k, nshards, TZR_SHARD_PART_SUFFIX)) unlink(side);

@@ -41,7 +41,8 @@ struct tzr_shard_splitter {
     int n;
     shard_rules rules;
     uint64_t min_bytes;
-    char *prefix;
+    char *prefix, *pattern; /* pattern: shard file names (NULL: from prefix) */
+    unsigned manifest_flags; /* TZR_OUTPUT_NOREPLACE when the shard files are */
     uint8_t *part; /* one slice at a time */
     size_t part_cap;
     tzr_source **views; /* strided slices the shard writers read until close */
@@ -63,6 +64,7 @@ void tzr_shard_splitter_abort(tzr_shard_splitter *s) {
     free(s->w);
     shard_rules_free(&s->rules);
     free(s->prefix);
+    free(s->pattern);
     free(s->part);
     free(s);
 }
@@ -90,6 +92,8 @@ int tzr_shard_splitter_open(tzr_shard_splitter **out, const char *prefix, int ns
     tzr_writer_options fo = TZR_WRITER_OPTIONS_INIT;
     if (!rc && o.file && TZR_OPTS(tzr_writer_options, fo, o.file, offsetof(tzr_writer_options, compression)))
         rc = TZR_EINVAL;
+    s->manifest_flags = fo.no_replace ? TZR_OUTPUT_NOREPLACE : 0;
+    if (!rc && o.file_pattern && !(s->pattern = strdup(o.file_pattern))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (!fo.threads && fo.compression == TZR_COMPRESSION_NONE)
         fo.threads = cpus / nshards > 1 ? (int)(cpus / nshards) : 1;
@@ -214,16 +218,31 @@ int tzr_shard_splitter_add_from(tzr_shard_splitter *s, const tzr_tensor_desc *t,
     return rc;
 }
 
+/* A close that failed removes the shard files and sidecars it published
+ * (ranks below `done`): what another writer put at the other names, or a
+ * manifest another writer published, is then not joined by a stray half
+ * of this set. */
+static void remove_published(const tzr_shard_splitter *s, int done) {
+    char path[8300];
+    for (int k = 0; k < done; k++) {
+        if (!(s->pattern ? tzr_shard_rank_path(path, sizeof path, s->pattern, k)
+                         : tzr_shard_file_name(path, sizeof path, s->prefix, k, s->n, ".tensors")))
+            unlink(path);
+        if (!tzr_shard_file_name(path, sizeof path, s->prefix, k, s->n, TZR_SHARD_PART_SUFFIX)) unlink(path);
+    }
+}
+
 int tzr_shard_splitter_close(tzr_shard_splitter *s) {
     if (!s) return tzr_fail(TZR_EINVAL, "NULL splitter");
-    int rc = 0;
+    int rc = 0, done = 0;
     for (int k = 0; k < s->n; k++) {
         if (rc) tzr_shard_writer_abort(s->w[k]);
-        else rc = tzr_shard_writer_close(s->w[k]);
+        else if (!(rc = tzr_shard_writer_close(s->w[k]))) done = k + 1;
         s->w[k] = NULL;
     }
     free_views(s); /* the writers are closed: nothing reads them now */
-    if (!rc) rc = tzr_shard_manifest_build(s->prefix, s->n);
+    if (!rc) rc = shard_manifest_write(s->prefix, s->n, s->manifest_flags);
+    if (rc) remove_published(s, done);
     tzr_shard_splitter_abort(s); /* frees what is left */
     return rc;
 }

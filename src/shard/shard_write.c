@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The header SHA-256 of a tensor streamed by the writer's workers, known
  * once its record is written: copied into its slice at close. */
@@ -170,9 +171,10 @@ int tzr_shard_writer_close(tzr_shard_writer *sw) {
     free_pending(sw);
     struct stat st;
     if (!rc && stat(sw->path, &st) != 0) rc = tzr_fail(TZR_EIO, "shard %d: cannot stat '%s'", sw->rank, sw->path);
-    if (!rc) {
+    else if (!rc) {
         sw->tb.sizes[sw->rank] = (uint64_t)st.st_size;
-        rc = shard_json_write(&sw->tb, sw->rank, sw->side);
+        /* A shard without its sidecar is no part of a set: not left behind. */
+        if ((rc = shard_json_write(&sw->tb, sw->rank, sw->side, 0))) unlink(sw->path);
     }
     shard_table_free(&sw->tb);
     free(sw);
