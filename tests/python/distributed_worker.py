@@ -1,7 +1,7 @@
 """One rank of tests/python/test_distributed.py: runs every case of one
 world size in one process group and writes what each case gave this rank
 to DIR/result-W-RANK.json ({case: ["ok"] | ["bad", why] | ["error", type,
-message]}); the test compares the ranks. Usage: distributed_worker.py DIR
+message] | ["skip", why]}); the test compares the ranks. Usage: distributed_worker.py DIR
 (under python3 -m tzr.distributed.launch), or DIR die (rank 1 dies in save)."""
 import datetime
 import json
@@ -70,7 +70,16 @@ if sys.argv[2:] == ["die"]:
     die_in_save()
 else:
     sources = {"single": (p("single.tensors"), None), "manifest": (p("man", "model.tzr-index.json"), None),
-               "hf": (p("hf"), None), "encrypted": (p("enc.tensors"), tzr.DecryptionParams.from_key(key))}
+               "hf": (p("hf"), None), "encrypted": (p("enc.tensors"), tzr.DecryptionParams.from_key(key)),
+               "zstd": (p("zstd.tensors"), None), "rankset": (p("vllm", "model-rank-%03d.tensors"), None)}
+    s3 = os.environ.get("TZR_TEST_S3", "").split()
+    if s3:  # the test uploaded these to its Swift
+        sources["s3_single"] = ("s3://%s/dist/single.tensors" % s3[1], None)
+        sources["s3_rankset"] = ("s3://%s/dist/vllm/model-rank-%%03d.tensors" % s3[1], None)
+    else:
+        for mode in tzd.MODES:
+            for sname in ("s3_single", "s3_rankset"):
+                results["%s_%s" % (mode, sname)] = ["skip", "no S3 server (tests/python_distributed_test.sh starts Swift)"]
     for mode in tzd.MODES:
         for sname, (path, enc) in sources.items():
             run("%s_%s" % (mode, sname), lambda: tzd.load(path, mode=mode, encryption=enc, bucket_mib=BUCKET))
