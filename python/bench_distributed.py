@@ -22,7 +22,8 @@ it; peak RSS the largest rank's VmHWM during that row):
                        Python loader (header, then readinto each tensor);
                        the baseline where no peer library is installed
   plain broadcast      rank 0 loads that way, then one torch.distributed.broadcast per tensor
-  floor                the larger of rank 0 alone loading through tzr and a
+  floor                the larger of rank 0 alone loading through tzr (the
+                       same load as tzr independent, one reader) and a
                        bare broadcast of the same bytes in the same buckets
 Then the seed's table: procs, independent s and GB/s, broadcast s and GB/s,
 speedup (independent over broadcast), per loader."""
@@ -211,7 +212,8 @@ def main():
         if not a.no_broadcast:
             rows["plain broadcast"] = timed(lambda: plain_broadcast(files, dev), a.warmup, a.repeats, dev)
     bucket = int(a.bucket_mib * 2**20)
-    single, _ = timed(lambda: tzr.load_rank(path, 0, 1, device=dev, verify=False) if rank == 0 else None,
+    alone = dist.new_group([0])  # rank 0's own group: tzd.load there is a plain load
+    single, _ = timed(lambda: tzd.load(path, mode="independent", device=dev, group=alone) if rank == 0 else None,
                       a.warmup, a.repeats, dev)
     wire, _ = timed(lambda: bare_broadcast(nbytes, bucket, a.buckets, dev), a.warmup, a.repeats, dev) \
         if n > 1 and not a.no_broadcast else (0.0, 0.0)

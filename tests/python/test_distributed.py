@@ -170,14 +170,19 @@ def check_error(name, every, kind, failing, *words):
     return None
 
 
-def session(n, sd):
+def session(n, sd, tag=""):
+    """Every case of distributed_worker.py on n ranks (its backend and
+    device from TZR_TEST_BACKEND/TZR_TEST_DEVICE); tag: a prefix of the names."""
+    for r in range(n):  # no stale result passes for a rank that never wrote one
+        if os.path.exists(p("result-%d-%d.json" % (n, r))):
+            os.unlink(p("result-%d-%d.json" % (n, r)))
     r = launch(n, WORKER, TMP)
     if r.returncode != 0:
         sys.stderr.write(r.stdout)
     every = results(n)
     cases = [k for k, v in every[0].items()] or ["session"]
     for name in cases:
-        full = "%s_w%d" % (name, n)
+        full = "%s%s_w%d" % (tag, name, n)
         if not all(every) or len(every) != n:
             report(full, "launcher status %d, results from %d of %d ranks: %s" % (
                 r.returncode, sum(1 for e in every if e), n, r.stdout[-300:]))
