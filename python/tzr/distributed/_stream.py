@@ -1,17 +1,24 @@
 """Broadcasting a list of tensors from one rank through staging buckets.
 
 The schedule is computed identically on every rank from the sizes alone:
-small tensors (under 1/8 of a bucket) are packed into buckets of `bucket`
-bytes and copied out on arrival; the others go straight from the source's
+small tensors (under DIRECT_MIN, or 1/8 of a smaller bucket) are packed
+into buckets of `bucket` bytes and copied out on arrival (one collective
+for many norms and biases); the others go straight from the source's
 memory into each rank's own tensor (no staging copy on either side), in
 pieces of at most a bucket, read by the source in groups of up to a
-bucket. A ring of `nbuckets` slots bounds both the staging memory and the
-broadcasts in flight: step j reuses slot j % nbuckets after waiting for
-the broadcast that used it last, so the source reads step j+1 while step j
-is on the wire."""
+bucket. `nbuckets` staging slots bound the staging memory; the bytes in
+flight are bounded by nbuckets buckets, so the source reads the next
+group while the previous ones are on the wire, and nobody waits on a
+handle before it has to."""
+import collections
+
 import torch
 
 ALIGN = 64
+# Tensors from 1 MiB on go straight between the ranks' own tensors: above
+# that a collective's fixed cost is small next to its bytes, and copying
+# them through a bucket (in and out, on every rank) would cost more.
+DIRECT_MIN = 1 << 20
 
 
 class Step:
@@ -31,10 +38,11 @@ class Step:
 
 
 def plan(indices, sizes, bucket):
+    direct = min(DIRECT_MIN, max(1, bucket // 8))
     steps, cur, used, grp, grp_bytes = [], [], 0, None, 0
     for i in indices:
         n = sizes[i]
-        if n > 0 and (n > bucket or n >= bucket // 8):
+        if n > 0 and (n > bucket or n >= direct):
             if cur:
                 steps.append(Step(cur, used))
                 cur, used = [], 0
@@ -69,61 +77,74 @@ def flat(t):
     return t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
 
 
-def run(group, src, steps, dest, slots, fill=None, agree=False, unpack_src=False):
+def run(group, src, steps, dest, slots, bucket, fill=None, agree=False, unpack_src=False):
     """Broadcast `steps` from group rank src. dest[i]: tensor i's flat
     bytes on this rank (the source's are sent, the others' filled).
     fill(step, slot), given on the source, produces a step's bytes (into
     the slot for a bucket, into dest for st.group's tensors); with agree, every
     rank agrees on its status before the step goes out (a read can fail).
-    unpack_src: the source copies each bucket out into its own dest too."""
-    me = group.rank == src
-    k = len(slots)
-    pending = [None] * k  # (work, step) per slot
+    unpack_src: the source copies each bucket out into its own dest too.
+    At most len(slots) buckets' bytes are in flight."""
+    unpack = group.rank != src or unpack_src
+    limit = max(1, len(slots)) * bucket
+    pending = collections.deque()  # (work, step, slot or None), oldest first
+    free = list(range(len(slots)))
+    busy = 0
+
+    def retire():
+        nonlocal busy
+        work, st, s = pending.popleft()
+        work.wait()
+        busy -= st.nbytes
+        if s is not None:
+            if unpack:
+                for i, off in st.items:
+                    n = dest[i].numel()
+                    if n:
+                        dest[i].copy_(slots[s][off:off + n])
+            free.append(s)
+
     try:
-        for j, st in enumerate(steps):
-            s = j % k
-            _finish(pending[s], slots[s], dest, me and not unpack_src)
-            pending[s] = None
+        for st in steps:
+            packed = st.piece is None
+            while pending and ((packed and not free) or busy + st.nbytes > limit):
+                retire()
+            s = free.pop() if packed else None
             if st.fills:
                 err = None
-                if me and fill is not None:
+                if fill is not None:
                     try:
-                        fill(st, slots[s])
+                        fill(st, slots[s] if packed else None)
                     except Exception as e:  # noqa: BLE001 - every rank must learn of it
                         err = e
                 if agree:
-                    group.agree(err, "tzr.distributed.load")
+                    try:
+                        group.agree(err, "tzr.distributed.load")
+                    except BaseException:
+                        if s is not None:
+                            free.append(s)
+                        raise
                 elif err is not None:
                     raise err
             if st.nbytes == 0:
+                if s is not None:
+                    free.append(s)
                 continue
-            if st.piece is None:
+            if packed:
                 view = slots[s][:st.nbytes]
             else:
                 i, start = st.piece
                 view = dest[i][start:start + st.nbytes]
-            pending[s] = (group.broadcast(view, src, async_op=True), st)
+            pending.append((group.broadcast(view, src, async_op=True), st, s))
+            busy += st.nbytes
+        while pending:
+            retire()
     except BaseException:
         # Broadcasts already posted are matched on every rank: let them end
         # (bounded by the group's timeout) before the slots go, quietly.
-        for p in pending:
+        for work, _, _ in pending:
             try:
-                if p is not None:
-                    p[0].wait()
+                work.wait()
             except Exception:  # noqa: BLE001 - the first error is the one to raise
                 pass
         raise
-    for s in range(k):
-        _finish(pending[s], slots[s], dest, me and not unpack_src)
-
-
-def _finish(p, slot, dest, skip_unpack):
-    if p is None:
-        return
-    work, st = p
-    work.wait()
-    if st.piece is None and not skip_unpack:
-        for i, off in st.items:
-            n = dest[i].numel()
-            if n:
-                dest[i].copy_(slot[off:off + n])

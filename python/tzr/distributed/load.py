@@ -1,10 +1,12 @@
 """tzr.distributed.load: one checkpoint onto every rank of a process group.
 
-broadcast    rank 0 reads through the library (small tensors into a ring
-             of staging buckets, larger ones into its own tensors) and
-             broadcasts step i while it reads step i+1; the others only
-             receive (larger tensors straight into their memory). Storage read once; the wire carries
-             the bytes N-1 times (a tree or ring, as the backend does it).
+broadcast    rank 0 reads through the library (tensors under 1 MiB into
+             staging buckets, larger ones into its own tensors) and
+             broadcasts what it read while it reads the next bucket's
+             worth; the others only receive (larger tensors straight into
+             their memory, the small ones copied out of a bucket). Storage
+             read once; the wire carries the bytes N-1 times (a tree or
+             ring, as the backend does it).
 allgather    each rank reads about 1/N of the bytes (tensors partitioned
              by size), then every owner broadcasts its part the same way.
 independent  every rank reads everything itself (the baseline; N reads).
@@ -107,7 +109,7 @@ def _broadcast(g, source, opts, dev, bucket, nbuckets, into):
             else:
                 src.load({i: (dest[i].data_ptr(), meta[i].nbytes) for i in st.group}, _cuda(dev))
 
-        _stream.run(g, 0, steps, dest, slots, fill if g.rank == 0 else None, agree=True, unpack_src=True)
+        _stream.run(g, 0, steps, dest, slots, bucket, fill if g.rank == 0 else None, agree=True, unpack_src=True)
         return out
     finally:
         if src is not None:
@@ -136,7 +138,7 @@ def _allgather(g, source, opts, dev, bucket, nbuckets, into):
             slot[off:off + sizes[i]].copy_(dest[i])
 
     for r in range(g.size):
-        _stream.run(g, r, plans[r], dest, slots, pack if g.rank == r else None)
+        _stream.run(g, r, plans[r], dest, slots, bucket, pack if g.rank == r else None)
     return out
 
 
