@@ -34,6 +34,93 @@ class Entry:
         self.module_idx = info.module_idx  # -1 until its header was read
 
 
+def _gather(starts, lens):
+    """The byte ranges [starts[i], +lens[i]) copied out in a few reads:
+    (bytes, offset of each range in them), or None. Ranges that follow one
+    another with gaps under a page are read as one span (every byte
+    between two mapped addresses less than a page apart lies on one of
+    their pages, so it is mapped too); a larger gap or a step back starts
+    a new span. Empty ranges read nothing (their address may be past the
+    end of its memory)."""
+    import numpy as np
+    offs = np.zeros(len(starts), dtype=np.int64)
+    used = np.flatnonzero(lens > 0)
+    if not len(used):
+        return b"", offs.tolist()
+    st, ends = starts[used], starts[used] + lens[used]
+    gaps = st[1:] - ends[:-1]
+    cut = (np.flatnonzero((gaps < 0) | (gaps >= 4096)) + 1).tolist()
+    if len(cut) > len(used) // 16 + 8:  # scattered: not worth it
+        return None
+    bounds = [0] + cut + [len(used)]
+    blobs, base = [], 0
+    for b0, b1 in zip(bounds, bounds[1:]):
+        lo = int(st[b0])
+        blobs.append(ctypes.string_at(lo, int(ends[b1 - 1]) - lo))
+        offs[used[b0:b1]] = st[b0:b1] - lo + base
+        base += len(blobs[-1])
+    return b"".join(blobs), offs.tolist()
+
+
+def _bulk_entries(h, n):
+    """The index as Entry objects, read in bulk: per-field ctypes access
+    costs about 2 us a tensor, most of a 100k-tensor load's Python time.
+    The infos are read as one numpy array when tzr_reader_tensor hands out
+    evenly spaced entries (checked), names and shapes in a few copies (see
+    _gather); None (the caller then reads entry by entry) otherwise or
+    without numpy."""
+    if n < 2:
+        return None
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    info = _lib.TensorInfo
+
+    def addr(i):
+        return ctypes.addressof(lib.tzr_reader_tensor(h, i).contents)
+
+    p0 = addr(0)
+    stride = addr(1) - p0
+    if stride < ctypes.sizeof(info) or any(addr(i) != p0 + i * stride for i in (n // 2, n - 1)):
+        return None
+    fields = ("name", "name_len", "structured", "type", "module_idx", "dtype_str", "dtype_len", "ndim", "shape",
+              "nbytes", "meta")
+    fmt = ["<i4" if getattr(info, f).size == 4 else "<i8" for f in fields]
+    dt = np.dtype({"names": fields, "formats": fmt, "offsets": [getattr(info, f).offset for f in fields],
+                   "itemsize": stride})
+    a = np.frombuffer((ctypes.c_char * (n * stride)).from_address(p0), dtype=dt, count=n)
+    names = _gather(a["name"], a["name_len"])
+    dims = _gather(a["shape"], a["ndim"].astype(np.int64) * 8)
+    if names is None or dims is None or any(o % 8 for o in dims[1]):
+        return None
+    names, name_off = names
+    shape_off = [o // 8 for o in dims[1]]
+    dims = np.frombuffer(dims[0], dtype="<u8").tolist()
+    dtypes = {}
+    for p, ln in set(zip(a["dtype_str"].tolist(), a["dtype_len"].tolist())):
+        dtypes[p] = ctypes.string_at(p, ln)
+    new = Entry.__new__
+    out = []
+    for i, no, nl, st, ty, mi, dp, nd, so, nb, me in zip(
+            range(n), name_off, a["name_len"].tolist(), a["structured"].tolist(), a["type"].tolist(),
+            a["module_idx"].tolist(), a["dtype_str"].tolist(), a["ndim"].tolist(), shape_off, a["nbytes"].tolist(),
+            a["meta"].tolist()):
+        e = new(Entry)
+        e.index = i
+        e.raw_name = raw = names[no:no + nl]
+        e.structured = bool(st)
+        e.name = tuple(json.loads(raw[1:].decode("utf-8"))) if st else raw.decode("utf-8", "surrogateescape")
+        e.type = ty
+        e.dtype_bytes = dtypes[dp]
+        e.shape = tuple(dims[so:so + nd])
+        e.nbytes = nb
+        e.meta = bool(me)
+        e.module_idx = mi
+        out.append(e)
+    return out
+
+
 def crypt_fill(crypt, params, keep):
     """Fill a tzr_crypt_params from Encryption/DecryptionParams; `keep`
     holds the buffers alive as long as the struct is used."""
@@ -86,7 +173,7 @@ class Reader:
         self._h = h
         self._lock = threading.Lock()
         n = lib.tzr_reader_count(h)
-        self.entries = [Entry(i, lib.tzr_reader_tensor(h, i).contents) for i in range(n)]
+        self.entries = _bulk_entries(h, n) or [Entry(i, lib.tzr_reader_tensor(h, i).contents) for i in range(n)]
         self.data_version = lib.tzr_reader_data_version(h)
 
     @property
@@ -135,8 +222,13 @@ class Reader:
         """Load tensors {index: (pointer, nbytes)} in one tzr_load.
         device: None for host memory, or a CUDA device number (pointers are
         device pointers there)."""
+        pl = list(dests.values())
+        return self.load_lists(list(dests), [p for p, _ in pl], [n for _, n in pl], device, verify, progress)
+
+    def load_lists(self, indices, pointers, lengths, device=None, verify=None, progress=None):
+        """load() over lists of indices, pointers and sizes."""
         try:
-            return load_table(self.handle, len(self.entries), dests, device, verify, progress)
+            return load_lists(self.handle, len(self.entries), indices, pointers, lengths, device, verify, progress)
         except _lib.TzrError as err:
             if self._opened is not None and self._opened.errors:
                 self._opened.raise_caught(err)
@@ -146,20 +238,37 @@ class Reader:
 def load_table(reader_handle, count, dests, device=None, verify=None, progress=None):
     if not dests:
         return None
+    pl = list(dests.values())
+    return load_lists(reader_handle, count, list(dests), [p for p, _ in pl], [n for _, n in pl], device, verify,
+                      progress)
+
+
+def load_lists(reader_handle, count, indices, pointers, lengths, device=None, verify=None, progress=None):
+    """load_table over three lists (index, pointer, bytes): a whole-file
+    load fills the C tables with one slice assignment each and needs no
+    selection mask, instead of three Python stores per tensor."""
+    if not indices:
+        return None
     ptrs = (c_void_p * count)()
     lens = (c_uint64 * count)()
-    mask = (ctypes.c_ubyte * count)()
-    for i, (p, n) in dests.items():
-        ptrs[i] = p or None
-        lens[i] = n
-        mask[i] = 1
+    mask = None
+    if len(indices) == count and indices == list(range(count)):
+        ptrs[:] = pointers
+        lens[:] = lengths
+    else:
+        mask = (ctypes.c_ubyte * count)()
+        for i, p, n in zip(indices, pointers, lengths):
+            ptrs[i] = p or None
+            lens[i] = n
+            mask[i] = 1
     sink = c_void_p()
     if device is None:
         check(lib.tzr_sink_host_table_new(byref(sink), ptrs, lens, count))
     else:
         check(lib.tzr_sink_cuda_table_new(byref(sink), _lib.int_arg("device", device, 0, _lib.INT_MAX), ptrs,
                                            lens, count))
-    opt = _lib.load_options(filter=_lib.FILTER_MASK, filter_ctx=ctypes.cast(mask, c_void_p))
+    opt = _lib.load_options() if mask is None else _lib.load_options(filter=_lib.FILTER_MASK,
+                                                                     filter_ctx=ctypes.cast(mask, c_void_p))
     if verify is not None:
         opt.verify = 1 if verify else 0
         opt.verify_level = 1 if verify == "crc32" else 0  # TZR_VERIFY_CRC32, else _FULL

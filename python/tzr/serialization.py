@@ -1,9 +1,11 @@
 """TensorSerializer / TensorDeserializer with tensorizer's names and meanings,
 over libtzr. See docs/python.md for what differs from tensorizer."""
 import collections
+import contextlib
 import ctypes
 import dataclasses
 import enum
+import gc
 import json
 from collections import abc
 from typing import Callable, List, Optional, Tuple, Union
@@ -146,8 +148,24 @@ def _empty(entry, device):
     shape = tuple(int(d) for d in entry.shape)
     if torch is None:
         return np.empty(shape, dtype=_dtypes.to_numpy(entry.dtype_bytes))
-    return torch.empty(shape, dtype=_dtypes.to_torch(entry.dtype_bytes), device=device)
+    return torch.empty(shape, dtype=_torch_dtype(entry.dtype_bytes), device=device)
 
+
+_TORCH_DTYPES = {}
+
+
+def _torch_dtype(dtype_bytes):
+    """to_torch, once per dtype string (a checkpoint repeats a few)."""
+    dt = _TORCH_DTYPES.get(dtype_bytes)
+    if dt is None:
+        dt = _TORCH_DTYPES[dtype_bytes] = _dtypes.to_torch(dtype_bytes)
+    return dt
+
+
+# Dtypes whose parameters require grad (floating and complex), as
+# t.is_floating_point() or t.is_complex() would say.
+_GRAD_DTYPES = frozenset() if torch is None else frozenset(
+    d for d in vars(torch).values() if isinstance(d, torch.dtype) and (d.is_floating_point or d.is_complex))
 
 _HUGE = 2 << 20
 _MADV_HUGEPAGE = 14
@@ -161,14 +179,18 @@ def _host_tensors(entries):
     The whole 2 MiB pages inside large ones are advised MADV_HUGEPAGE first:
     the load then takes one page fault per 2 MiB, not per 4 KiB."""
     out = {}
+    if torch is None:
+        make = lambda e: _empty(e, "cpu")  # noqa: E731
+    else:
+        empty, dtype = torch.empty, _torch_dtype
+        make = lambda e: empty(e.shape, dtype=dtype(e.dtype_bytes))  # noqa: E731 (shapes are int tuples)
     for e in entries:
-        t = _empty(e, "cpu")
-        n = int(e.nbytes)
+        t = out[e.index] = make(e)
+        n = e.nbytes
         if n >= 2 * _HUGE:
             p = _ptr(t)
             lo = (p + _HUGE - 1) // _HUGE * _HUGE
             _libc.madvise(c_void_p(lo), (p + n - lo) // _HUGE * _HUGE, _MADV_HUGEPAGE)
-        out[e.index] = t
     return out
 
 
@@ -179,6 +201,17 @@ def _ptr(t):
 
 
 # ------------------------------------------------------------------ reading
+@contextlib.contextmanager
+def _collector_paused():
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 class _Node(abc.Mapping):
     """A read-only view of one level of structured names."""
 
@@ -215,6 +248,16 @@ class TensorDeserializer(abc.Mapping):
     def __init__(self, file_obj, device=None, filter_func=None, dtype=None, *, lazy_load=False,
                  plaid_mode=None, plaid_mode_buffers=None, num_readers=None, verify_hash=False,
                  encryption=None, progress=None):
+        # Python's cyclic collector runs every few hundred new objects and
+        # walks all older ones now and then: making 100k entries, tensors and
+        # Parameters with it on took up to twice the time (none of them form
+        # cycles). Back on when done; it then collects as usual.
+        with _collector_paused():
+            self._init(file_obj, device, filter_func, dtype, lazy_load, verify_hash, encryption, progress,
+                       num_readers)
+
+    def _init(self, file_obj, device, filter_func, dtype, lazy_load, verify_hash, encryption, progress,
+              num_readers):
         if encryption is not None and not isinstance(encryption, DecryptionParams):
             raise TypeError("encryption parameter: expected DecryptionParams instance or None, %s found"
                             % type(encryption).__name__)
@@ -233,8 +276,8 @@ class TensorDeserializer(abc.Mapping):
         except BaseException:
             self._close_file()
             raise
-        self._entries = [e for e in self._reader.entries
-                         if filter_func is None or filter_func(e.name)]
+        self._entries = (list(self._reader.entries) if filter_func is None else
+                         [e for e in self._reader.entries if filter_func(e.name)])
         if not self._reader.entries:
             self._reader.close()
             self._close_file()
@@ -242,7 +285,9 @@ class TensorDeserializer(abc.Mapping):
         self._by_name = {e.name: e for e in self._entries}
         self._loaded = {}
         self._root = {}
-        for e in self._entries:
+        if not any(e.structured for e in self._entries):  # plain names: one level, no conflicts
+            self._root = {e.name: e.index for e in self._entries}
+        for e in self._entries if not self._root else ():
             path = e.name if isinstance(e.name, tuple) else (e.name,)
             node = self._root
             for c in path[:-1]:
@@ -295,8 +340,16 @@ class TensorDeserializer(abc.Mapping):
             fresh = _host_tensors(todo)
         else:
             fresh = {e.index: _empty(e, self._device) for e in todo}
-        dests = {i: (_ptr(t), self._index[i].nbytes) for i, t in fresh.items()}
-        self._reader.load(dests, self._cuda, self._verify, self._progress)
+        tensors = list(fresh.values())
+        ptr = _ptr if torch is None else torch.Tensor.data_ptr
+        self._reader.load_lists(list(fresh), [ptr(t) for t in tensors], [e.nbytes for e in todo], self._cuda,
+                                self._verify, self._progress)
+        if torch is not None and self._dtype is None and self._device.type == "cpu":
+            # No cast and no move: straight to nn.Parameter (what _cast does
+            # then, without its per-tensor checks).
+            param, grad = torch.nn.Parameter, _GRAD_DTYPES
+            self._loaded.update(zip(fresh, [param(t, requires_grad=t.dtype in grad) for t in tensors]))
+            return
         for i, t in fresh.items():
             self._loaded[i] = self._cast(t)
 

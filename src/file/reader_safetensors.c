@@ -85,10 +85,10 @@ int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len)
         t->byte_planes = 1;
         s->hdr = &r->st_header;
         s->hdr_bytes = (uint8_t *)&r->st_header; /* "read": there is nothing to read */
-        size_t other;
-        if (reader_index_name(r, i, &other))
-            rc = tzr_fail(TZR_EDUP, "%s: tensor '%s' appears twice", r->src->name, name);
     }
+    size_t dup, other;
+    if (!rc && reader_index_names(r, &dup, &other))
+        rc = tzr_fail(TZR_EDUP, "%s: tensor '%s' appears twice", r->src->name, r->t[dup].info.name);
     tzr_st_free(f);
     return rc;
 }

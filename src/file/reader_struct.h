@@ -67,7 +67,7 @@ struct tzr_reader {
 /* Fill r (source, options set) from a safetensors file whose first
  * head_len bytes are head. */
 TZR_HIDDEN int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len);
-/* Enter tensor i's name in the lookup table (sized at open); TZR_EDUP,
- * with no message set, when tensor *other has the same name. */
-TZR_HIDDEN int reader_index_name(tzr_reader *r, size_t i, size_t *other);
+/* Enter every tensor's name in the lookup table (sized at open); TZR_EDUP,
+ * with no message set, when tensors *dup and *other (the earlier) share one. */
+TZR_HIDDEN int reader_index_names(tzr_reader *r, size_t *dup, size_t *other);
 #endif

@@ -141,6 +141,7 @@ static int select_tensors(pipeline *p) {
             p->total_bytes += sel ? sel->run * sel_runs(sel) : t->nbytes;
             p->stored_bytes += t->data_length;
             p->nselected++;
+            p->nempty += t->data_length == 0;
         }
     }
     p->nrequested = p->nselected;
@@ -235,7 +236,9 @@ static int bind_destinations(pipeline *p) {
     tzr_source *src = tzr_reader_source(p->r);
     int rc = 0;
     if (sink->reserve && (rc = sink->reserve(sink, p->nselected, p->total_bytes))) return load_fail(p, rc);
-    for (size_t i = 0; i < p->n; i++) {
+    /* A pass over every tensor's info (memory-bound on 100k tensors) only
+     * where it does something. */
+    for (size_t i = 0; (sink->begin_tensor || p->nempty) && i < p->n; i++) {
         if (!p->want[i]) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
         if (sink->begin_tensor) rc = sink->begin_tensor(sink, i, t);
@@ -351,7 +354,8 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     int rc = select_tensors(p);
     if (!rc) rc = read_headers(p, nthreads);
     pol.last_comp = (size_t)-1;
-    for (size_t i = p->n; i-- > 0 && !rc;)
+    /* (A scan of every tensor's info: only where tensors can be compressed.) */
+    for (size_t i = tzr_reader_compressed(r) ? p->n : 0; i-- > 0 && !rc;)
         if (p->want[i] && tzr_reader_tensor(r, i)->compression == TZR_COMPRESSION_ZSTD) {
             pol.last_comp = i;
             break;

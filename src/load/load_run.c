@@ -458,6 +458,18 @@ static void prefault(void *at, size_t len) {
 #endif
 }
 
+/* Where piece k of a plain unit (read at `buf`) has its tensor's header,
+ * or NULL when the read does not carry it. Scatter: the header is the
+ * tail of the gap before the data. */
+#define HEADER_PREFETCH 4
+static const uint8_t *unit_header(pipeline *p, const unit *un, const uint8_t *buf, const uint64_t *gap_at, size_t k) {
+    const piece *pc = &p->pieces[un->first + k];
+    const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
+    if (un->kind == UNIT_DIRECT || unit_compressed(un) || pc->toff != 0 || info->header_offset < un->off) return NULL;
+    return un->kind == UNIT_SCATTER ? buf + gap_at[k] - (info->data_offset - info->header_offset)
+                                    : buf + (info->header_offset - un->off);
+}
+
 static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
     int s = (int)(u % (size_t)p->nslots);
     int rc = acquire_slot(p, u, s);
@@ -508,11 +520,15 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
         piece *pc = &p->pieces[un->first + k];
         uint8_t *bytes = un->kind == UNIT_SCATTER ? piece_bytes(p, pc) : buf + pc->uoff;
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
-        if (un->kind != UNIT_DIRECT && !unit_compressed(un) && pc->toff == 0 && info->header_offset >= un->off) {
-            /* Scatter: the header is the tail of the gap before the data. */
-            const uint8_t *hdr = un->kind == UNIT_SCATTER ? buf + gap_at[k] - (info->data_offset - info->header_offset)
-                                             : buf + (info->header_offset - un->off);
-            size_t hlen = (size_t)(info->data_offset - info->header_offset);
+        size_t hlen = (size_t)(info->data_offset - info->header_offset);
+        const uint8_t *hdr = unit_header(p, un, buf, gap_at, k);
+        if (k + HEADER_PREFETCH < un->count) { /* overlap the next headers' cache misses with this one's check */
+            const uint8_t *next = unit_header(p, un, buf, gap_at, k + HEADER_PREFETCH);
+            if (next) __builtin_prefetch(next), __builtin_prefetch(next + 64);
+        }
+        if (k + 2 * HEADER_PREFETCH < un->count) /* and the offsets that find them */
+            __builtin_prefetch(&tzr_reader_tensor(p->r, p->pieces[un->first + k + 2 * HEADER_PREFETCH].tensor)->header_offset);
+        if (hdr) {
             rc = p->keep_headers ? tzr_reader_install_header(p->r, pc->tensor, hdr, hlen)
                                  : tzr_reader_check_header(p->r, pc->tensor, hdr, hlen);
             if (rc && (rc = load_tensor_fail(p, rc, pc->tensor))) {

@@ -181,6 +181,7 @@ typedef struct pipeline {
     uint64_t total_bytes;   /* of the selected tensors, loaded */
     uint64_t stored_bytes;  /* of the selected tensors, in the file */
     size_t nselected;
+    size_t nempty;          /* selected tensors without data (meta or zero-size) */
     size_t nrequested;      /* selected by the filter (nselected less bad headers) */
     pthread_mutex_t progress_lock;
     /* Tensors share TENSOR_LOCKS locks by index: a mutex per tensor cost
