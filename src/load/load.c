@@ -2,6 +2,7 @@
  * set up a pipeline, pick the tensors and their byte selections, read the
  * headers planning needs (phase 1), plan, size the ring, bind each unit to
  * its destination, run the workers, drain every fence, and report. */
+#include "codec.h"
 #include "mem.h"
 #include "pipeline.h"
 
@@ -171,7 +172,7 @@ static int read_headers(pipeline *p, int nthreads) {
         for (size_t i = 0; i < p->n; i++) {
             const tzr_tensor_info *t = tzr_reader_tensor(r, i);
             int no_unit = t->data_length == 0 ||
-                          (tzr_reader_compressed(r) && (t->compression != TZR_COMPRESSION_ZSTD ||
+                          (tzr_reader_compressed(r) && (!tzr_codec_find(t->compression) ||
                                                         t->data_offset - t->header_offset > MAX_INLINE_HEADER));
             /* a selection's reads need not start at the header */
             no_unit |= load_plans_selected(p, t, i);
@@ -352,7 +353,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     if (!rc) rc = read_headers(p, nthreads);
     pol.last_comp = (size_t)-1;
     for (size_t i = p->n; i-- > 0 && !rc;)
-        if (p->want[i] && tzr_reader_tensor(r, i)->compression == TZR_COMPRESSION_ZSTD) {
+        if (p->want[i] && tzr_codec_find(tzr_reader_tensor(r, i)->compression)) {
             pol.last_comp = i;
             break;
         }
