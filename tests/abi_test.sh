@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The shared library's ABI: only tzr_* symbols leave libtzr.so (under the
-# version node of src/libtzr.map), and a program linked against the .so
+# The shared library's ABI: only tzr_* symbols leave libtzr.so, exactly
+# those src/libtzr.map lists, each under its release's node, and a program linked against the .so
 # that passes an older, shorter options struct still works while an
 # unknown struct_size is refused.
 set -u
@@ -14,6 +14,15 @@ check abi_symbols_listed test -s "$T/syms"
 # Type A is the version node itself (LIBTZR_0).
 check abi_only_tzr_symbols sh -c "! awk '\$2 != \"A\" && \$3 !~ /^tzr_/ {print \$3}' '$T/syms' | grep ."
 check abi_version_node sh -c "objdump -T '$SO' | grep -q 'LIBTZR_0 *tzr_reader_open\$'"
+# src/libtzr.map lists every exported symbol under the node of the release
+# that added it: a symbol exported but not listed, listed but gone (a
+# removal breaks the programs linked against it), or under another node
+# than the map's, fails here.
+awk '/^[A-Z][A-Z0-9_.]* *\{/ {node=$1} /^ *tzr_[a-z0-9_]*;/ {gsub(/[ ;]/, ""); print $0 " " node}' src/libtzr.map |
+    sort > "$T/map.list"
+awk '$2 != "A" {split($3, v, "@@"); print v[1] " " v[2]}' "$T/syms" | sort > "$T/so.list"
+check abi_map_lists_symbols test -s "$T/map.list"
+check abi_exports_match_map diff "$T/map.list" "$T/so.list"
 cat > "$T/older.c" <<'C'
 /* A caller of the first tzr_writer_options (it ended before compression). */
 #include <stddef.h>
