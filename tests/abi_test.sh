@@ -2,7 +2,8 @@
 # The shared library's ABI: only tzr_* symbols leave libtzr.so, exactly
 # those src/libtzr.map lists, each under its release's node, and a program linked against the .so
 # that passes an older, shorter options struct still works while an
-# unknown struct_size is refused.
+# unknown struct_size is refused; the callback tables, tensor descriptions
+# and load stats of the first layout (before struct_size) still work.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . tests/util/lib.sh
@@ -64,4 +65,8 @@ $cc $san -Iinclude "$T/older.c" -L"$BUILD" -ltzr -Wl,-rpath,"$bdir" -o "$T/older
 check abi_builds_against_so test -x "$T/older"
 check abi_older_struct_via_so "$T/older" "$T/older.tensors"
 check abi_uses_the_so sh -c "ldd '$T/older' | grep -q 'libtzr.so.0 => $bdir/'"
+# Every extensible struct at its first layout's size, against the .so.
+$cc $san -Iinclude tests/abi/old_layouts.c -L"$BUILD" -ltzr -Wl,-rpath,"$bdir" -o "$T/old_layouts" 2> "$T/cc2.log"
+check abi_old_layouts_build test -x "$T/old_layouts"
+check abi_old_layouts_via_so "$T/old_layouts"
 exit 0

@@ -81,7 +81,7 @@ static int write_set(const char *path, const tspec *ts, size_t n, int compress, 
         uint64_t len;
         uint8_t *data = make_data(&ts[i], &len, i);
         tzr_tensor_desc d = {ts[i].name, strlen(ts[i].name), TZR_PARAM, 0, NULL, 0, ts[i].dtype,
-                             ts[i].ndim, ts[i].shape, ts[i].meta};
+                             ts[i].ndim, ts[i].shape, ts[i].meta, sizeof(tzr_tensor_desc)};
         rc = tzr_writer_add(w, &d, data);
         free(data);
     }
@@ -209,7 +209,7 @@ static void uncompressed_copy_identical(void) {
         uint8_t *buf = malloc(t->nbytes + 1);
         CHECK_OK(tzr_reader_read(r, i, buf, t->nbytes));
         tzr_tensor_desc d = {t->name, t->name_len, t->type, (uint16_t)t->module_idx, t->dtype_str, t->dtype_len,
-                             t->dtype, t->ndim, t->shape, t->meta};
+                             t->dtype, t->ndim, t->shape, t->meta, sizeof(tzr_tensor_desc)};
         CHECK_OK(tzr_writer_add(w, &d, buf));
         free(buf);
     }

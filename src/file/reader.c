@@ -664,7 +664,9 @@ static int check_end_marker(tzr_reader *r, uint64_t records_end, const uint8_t *
 int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_options *opt) {
     *out = NULL;
     tzr_reader_options o = TZR_READER_OPTIONS_INIT;
-    int orc = TZR_OPTS(tzr_reader_options, o, opt, sizeof o);
+    /* The first layout ends before crypt_params (added later). */
+    int orc = TZR_OPTS(tzr_reader_options, o, opt, offsetof(tzr_reader_options, crypt_params));
+    if (o.crypt_params) o.crypt = *o.crypt_params; /* by pointer wins */
     opt = &o;
     if (!src) return tzr_fail(TZR_EINVAL, "NULL source");
     if (orc) {

@@ -59,6 +59,7 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
     /* The first version ended before the compression fields. */
     tzr_writer_options o = TZR_WRITER_OPTIONS_INIT;
     int orc = TZR_OPTS(tzr_writer_options, o, opt, offsetof(tzr_writer_options, compression));
+    if (o.crypt_params) o.crypt = *o.crypt_params; /* by pointer wins */
     opt = &o;
     if (orc) {
         TZR_KEEP_ERROR; /* the output's destroy must not replace the message */

@@ -373,14 +373,15 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     if (p->direct_was_set) src->set_direct(src, 0);
     release(p);
     if (stats) {
-        memset(stats, 0, sizeof *stats);
-        stats->tensors = p->nselected;
-        stats->bytes = atomic_load(&p->bytes_done);
-        stats->bytes_read = atomic_load(&p->bytes_read);
-        stats->reads = atomic_load(&p->reads);
-        stats->staging_bytes = p->staging_bytes;
-        stats->seconds = now() - t0;
-        stats->error_tensor = rc ? p->err_tensor : (size_t)-1;
+        tzr_load_stats st = {0};
+        st.tensors = p->nselected;
+        st.bytes = atomic_load(&p->bytes_done);
+        st.bytes_read = atomic_load(&p->bytes_read);
+        st.reads = atomic_load(&p->reads);
+        st.staging_bytes = p->staging_bytes;
+        st.seconds = now() - t0;
+        st.error_tensor = rc ? p->err_tensor : (size_t)-1;
+        tzr_opts_put(stats, &st, offsetof(tzr_load_stats, struct_size), sizeof st);
     }
     if (rc) {
         p->err.code = p->err_code;

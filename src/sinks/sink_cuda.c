@@ -224,6 +224,7 @@ int tzr_sink_cuda_new(tzr_sink **out, int device, tzr_device_dest_fn dest, void 
     c->base.begin_tensor = cuda_begin;
     c->base.reserve = cuda_reserve;
     c->base.submit = cuda_submit;
+    c->base.struct_size = sizeof c->base;
     c->base.fence = cuda_fence;
     c->base.wait = cuda_wait;
     c->base.alloc_staging = cuda_alloc_staging;
