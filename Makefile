@@ -12,13 +12,10 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -Wno-unuse
 SRC_DIRS := $(sort $(dir $(wildcard src/*/*.c src/*/*.h)))
 SRC_INCLUDES := $(addprefix -I,$(SRC_DIRS:%/=%))
 PKGS = libsodium libcrypto libdeflate jansson libcurl libzstd
-# The flags below come from pkg-config when the Makefile is read, so the
-# Debian packages must be there before that: on a fresh machine (as root)
-# scripts/deps.sh installs them now, the test ones too for test goals.
-DEPS_KIND := $(if $(filter test asan ubsan tsan bench-s3 bench-python,$(MAKECMDGOALS)),test,build)
-ifeq ($(filter clean,$(MAKECMDGOALS)),)
-DEPS_STATUS := $(shell bash scripts/deps.sh $(DEPS_KIND) >&2 && echo ok)
-endif
+# The flags below come from pkg-config when the Makefile is read. Reading
+# it installs nothing: `make deps` (and `make test`, `make demo`, which
+# call it first and then build in a fresh make) run scripts/deps.sh; a
+# plain `make` without the packages stops at $(BUILD)/.deps saying so.
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIBS = $(PKG_LIBS) -lpthread -ldl -lm
@@ -39,7 +36,10 @@ $(BUILD)/mpi/%: tests/mpi/%.c $(wildcard tests/util/*.c tests/util/*.h) $(BUILD)
 	$(CC) $(CFLAGS) -Itests/util $< $(wildcard tests/util/*.c) $(BUILD)/libtzr.a $(LDFLAGS) $(LIBS) -o $@
 # ---- end MPI ----
 
-SOVER = 0
+# The version is written once, in include/tzr.h; the soname follows its major.
+tzr_version_part = $(shell sed -n 's/^\#define TZR_VERSION_$(1) \([0-9]*\).*/\1/p' include/tzr.h)
+VERSION := $(call tzr_version_part,MAJOR).$(call tzr_version_part,MINOR).$(call tzr_version_part,PATCH)
+SOVER := $(call tzr_version_part,MAJOR)
 LIB_SRCS := $(wildcard src/*/*.c)
 LIB_OBJS := $(LIB_SRCS:src/%.c=$(BUILD)/obj/%.o)
 TOOL_COMMON := $(wildcard tools/common/*.c)
@@ -52,31 +52,39 @@ TEST_UTIL := $(wildcard tests/util/*.c)
 FUZZ_SRCS := $(wildcard fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRCS:fuzz/%.c=$(BUILD)/fuzz/%_replay)
 
-.PHONY: all deps test demo bench bench-s3 install clean asan ubsan tsan fuzz check-deps
+.PHONY: all deps test test-run demo demo-run bench bench-s3 install clean asan ubsan tsan fuzz check-deps
 all: $(BUILD)/.deps $(BUILD)/libtzr.a $(BUILD)/libtzr.so $(TOOL_BINS) $(BUILD)/libtzr.pc
 
-$(BUILD)/.deps: scripts/deps.sh
+# Installs (as root) or names the missing Debian packages; only these
+# targets run it.
+deps:
+	@bash scripts/deps.sh test
+
+# A check, never an installation: the build packages are there.
+$(BUILD)/.deps:
+	@pkg-config --exists $(PKGS) || { echo "missing build packages ($(PKGS)): run make deps" >&2; exit 1; }
 	@mkdir -p $(BUILD)
-	@bash scripts/deps.sh build
 	@touch $@
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*/*.h) include/tzr.h $(wildcard include/*.h) | $(BUILD)/.deps
+# Headers as prerequisites come from the compiler (-MMD -MP), one .d per object.
+$(BUILD)/obj/%.o: src/%.c | $(BUILD)/.deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 # Built only through the tool pattern rule, so make would call them
 # intermediate and remove them after the build (an `rm` as make test's last line).
 .SECONDARY: $(TOOL_COMMON_OBJS)
-$(BUILD)/obj/tools_common_%.o: tools/common/%.c $(wildcard tools/common/*.h) $(wildcard include/*.h)
+$(BUILD)/obj/tools_common_%.o: tools/common/%.c | $(BUILD)/.deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itools/common -c $< -o $@
+	$(CC) $(CFLAGS) -MMD -MP -Itools/common -c $< -o $@
+-include $(LIB_OBJS:.o=.d) $(TOOL_COMMON_OBJS:.o=.d)
 
 $(BUILD)/libtzr.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-# src/libtzr.map: only tzr_* leave the shared library (whatever the
-# compiler's visibility), under the version node LIBTZR_0.
+# src/libtzr.map: only the symbols it lists leave the shared library
+# (whatever the compiler's visibility), one version node per release.
 $(BUILD)/libtzr.so: $(LIB_OBJS) src/libtzr.map
 	$(CC) -shared -Wl,-soname,libtzr.so.$(SOVER) -Wl,--version-script=src/libtzr.map $(LDFLAGS) \
 	  -o $(BUILD)/libtzr.so.$(SOVER) $(LIB_OBJS) $(LIBS)
@@ -95,9 +103,9 @@ $(BUILD)/fuzz/%_replay: fuzz/%.c fuzz/replay_main.c $(BUILD)/libtzr.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< fuzz/replay_main.c $(BUILD)/libtzr.a $(LDFLAGS) $(LIBS) -o $@
 
-$(BUILD)/libtzr.pc: Makefile
+$(BUILD)/libtzr.pc: Makefile include/tzr.h
 	@mkdir -p $(BUILD)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libtzr\nDescription: read and write tensorizer .tensors checkpoints\nVersion: 0.1.0\nRequires.private: %s\nLibs: -L$${libdir} -ltzr\nLibs.private: -lpthread -ldl -lm $(MPI_LIBS)\nCflags: -I$${includedir}\n' \
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libtzr\nDescription: read and write tensorizer .tensors checkpoints\nVersion: $(VERSION)\nRequires.private: %s\nLibs: -L$${libdir} -ltzr\nLibs.private: -lpthread -ldl -lm $(MPI_LIBS)\nCflags: -I$${includedir}\n' \
 	  "$(PREFIX)" "$(PKGS)" > $@
 
 # A fake CUDA runtime (host memory, asynchronous streams) for GPU-less tests.
@@ -115,8 +123,12 @@ $(BUILD)/tests/gpu_load: tests/gpu/gpu_load.c $(TEST_UTIL) $(BUILD)/libtzr.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/util $< $(TEST_UTIL) $(BUILD)/libtzr.a $(LDFLAGS) $(LIBS) -o $@
 
-test: all $(TEST_BINS) $(FUZZ_REPLAY) $(BUILD)/tests/libfakecudart.so $(FAKE_NCCL) $(BUILD)/tests/gpu_load
+# test and demo install what they need first, then build in a fresh make
+# (the pkg-config flags are read when a make starts).
+test:
 	@bash scripts/deps.sh test || true
+	@$(MAKE) --no-print-directory test-run
+test-run: all $(TEST_BINS) $(FUZZ_REPLAY) $(BUILD)/tests/libfakecudart.so $(FAKE_NCCL) $(BUILD)/tests/gpu_load
 	@BUILD=$(BUILD) bash tests/run.sh
 
 asan:
@@ -135,7 +147,10 @@ fuzz: $(BUILD)/libtzr.a
 	  mkdir -p $(BUILD)/fuzz/$$n.work; \
 	  $(BUILD)/fuzz/$$n -max_total_time=$${FUZZ_SECONDS:-60} $(BUILD)/fuzz/$$n.work fuzz/corpus/$$n || exit 1; done
 
-demo: all
+demo:
+	@bash scripts/deps.sh build
+	@$(MAKE) --no-print-directory demo-run
+demo-run: all
 	@bash scripts/demo.sh $(BUILD)
 
 bench: all

@@ -13,6 +13,16 @@
  *    point reads at most struct_size bytes (a struct from an older header
  *    keeps the defaults for fields it lacks), takes NULL as the defaults,
  *    and refuses a struct_size it does not know with TZR_EINVAL.
+ *  - Callback tables (tzr_source, tzr_output, tzr_sink), tzr_tensor_desc and
+ *    tzr_load_stats end their first layout with `struct_size`: fields
+ *    added later come after it, and the library reads (or, for stats,
+ *    writes) such a field only when the caller's struct_size covers it.
+ *    0 means the first layout, so a struct made by zeroing it (as required)
+ *    or by a positional initializer that stops early keeps working; tables
+ *    the library makes set it. Nothing is added after it yet, so structs
+ *    built before it existed still work unchanged.
+ *  - Key material is given by pointer (`crypt_params` in the option
+ *    structs); the `crypt` member embedded by value stays for older callers.
  *  - Freeing or aborting anything never changes the thread's last error.
  *  - This header includes only standard C headers.
  */
@@ -178,8 +188,7 @@ typedef struct tzr_iovec {
 
 /* A positional byte source. Implementations zero the whole struct before
  * filling it in (`tzr_source s = {0}` or calloc), so fields added later
- * start off; until 1.0 (libtzr.so.0) such additions change the ABI and
- * a source must be rebuilt against the matching header.
+ * start off, and set struct_size (see the conventions above).
  * read_at must read exactly len bytes at offset
  * off into buf and be safe to call from several threads at once on disjoint
  * or overlapping ranges. It returns 0, TZR_ETRUNC when the source ends
@@ -209,6 +218,8 @@ struct tzr_source {
      * packs tensors into as few reads of preferred_chunk bytes as it can,
      * copying from staging rather than issuing one read per tensor. */
     int pack_reads;
+    size_t struct_size;     /* sizeof(tzr_source); 0: the fields above only */
+    /* Fields added later go here. */
 };
 
 enum {
@@ -261,10 +272,13 @@ typedef struct tzr_reader_options {
     /* Caps on untrusted input (0 = default). */
     uint64_t max_tensors;     /* default 1<<24 */
     uint64_t max_index_bytes; /* default 1 GiB */
+    /* Added later: key material by pointer; set, it is used instead of
+     * `crypt` (which then stays zero). */
+    const tzr_crypt_params *crypt_params;
 } tzr_reader_options;
 
 #define TZR_READER_OPTIONS_INIT \
-    { sizeof(tzr_reader_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0 }
+    { sizeof(tzr_reader_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0 }
 
 /* Open a path (local file; URLs where built with HTTP support). */
 TZR_API int tzr_reader_open(tzr_reader **out, const char *path,
@@ -307,6 +321,7 @@ struct tzr_output {
     void (*destroy)(tzr_output *out); /* frees out itself */
     const char *name;
     void *ctx;
+    size_t struct_size;       /* sizeof(tzr_output); 0: the fields above only */
 };
 
 /* Atomic local file: a temporary file beside path, fsync, rename on finish;
@@ -360,12 +375,14 @@ typedef struct tzr_writer_options {
                                  almost none of the file) */
     int no_replace;           /* added later. local paths: TZR_OUTPUT_NOREPLACE
                                  (never replace a file at the path) */
+    const tzr_crypt_params *crypt_params; /* added later: used instead of
+                                 `crypt` when set */
 } tzr_writer_options;
 
 enum { TZR_PLANES_AUTO = 0, TZR_PLANES_OFF = 1 };
 
 #define TZR_WRITER_OPTIONS_INIT \
-    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0 }
+    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* One tensor to write. */
 typedef struct tzr_tensor_desc {
@@ -379,6 +396,7 @@ typedef struct tzr_tensor_desc {
     uint32_t ndim;
     const uint64_t *shape;
     int meta;                 /* meta tensor: no data written */
+    size_t struct_size;       /* sizeof(tzr_tensor_desc); 0: the fields above only */
 } tzr_tensor_desc;
 
 /* Open a writer on a local path (atomic). */

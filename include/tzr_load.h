@@ -50,6 +50,7 @@ struct tzr_sink {
      * at once (one huge-page block, one cudaMalloc) instead of per tensor.
      * A sink that cannot should return 0 and allocate per tensor. */
     int (*reserve)(tzr_sink *s, size_t count, uint64_t bytes);
+    size_t struct_size; /* sizeof(tzr_sink); 0: the fields above only (tzr.h) */
 };
 
 TZR_API void tzr_sink_free(tzr_sink *s);
@@ -159,6 +160,9 @@ typedef struct tzr_load_stats {
     double seconds;
     size_t error_tensor;      /* tensor whose failure stopped the load, or
                                  (size_t)-1 when none or not tied to one */
+    /* The caller's sizeof(tzr_load_stats), set before the call: fields
+     * added after this one are filled only when it covers them (tzr.h). */
+    size_t struct_size;
 } tzr_load_stats;
 
 /* Load the selected tensors of r into sink. On failure every slot is

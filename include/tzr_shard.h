@@ -167,8 +167,10 @@ typedef struct tzr_shard_open_options {
      * cut, "glob=DIM,glob=replicate,..." (first match wins; no match:
      * replicated). NULL: TZR_SHARD_RULES_VLLM. */
     const char *rank_rules;
+    const tzr_crypt_params *crypt_params; /* added later: used instead of
+                                 `crypt` when set */
 } tzr_shard_open_options;
-#define TZR_SHARD_OPEN_OPTIONS_INIT { sizeof(tzr_shard_open_options), 1, {0, 0, 0, 0, 0, 0}, 0 }
+#define TZR_SHARD_OPEN_OPTIONS_INIT { sizeof(tzr_shard_open_options), 1, {0, 0, 0, 0, 0, 0}, 0, 0 }
 
 /* Tensor-parallel layers as vLLM (and Megatron) cut them: column-parallel
  * weights and biases (q/k/v, merged qkv, gate/up, merged gate_up, the

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The shared library's ABI: only tzr_* symbols leave libtzr.so (under the
-# version node of src/libtzr.map), and a program linked against the .so
+# The shared library's ABI: only tzr_* symbols leave libtzr.so, exactly
+# those src/libtzr.map lists, each under its release's node, and a program linked against the .so
 # that passes an older, shorter options struct still works while an
-# unknown struct_size is refused.
+# unknown struct_size is refused; the callback tables, tensor descriptions
+# and load stats of the first layout (before struct_size) still work.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . tests/util/lib.sh
@@ -14,6 +15,15 @@ check abi_symbols_listed test -s "$T/syms"
 # Type A is the version node itself (LIBTZR_0).
 check abi_only_tzr_symbols sh -c "! awk '\$2 != \"A\" && \$3 !~ /^tzr_/ {print \$3}' '$T/syms' | grep ."
 check abi_version_node sh -c "objdump -T '$SO' | grep -q 'LIBTZR_0 *tzr_reader_open\$'"
+# src/libtzr.map lists every exported symbol under the node of the release
+# that added it: a symbol exported but not listed, listed but gone (a
+# removal breaks the programs linked against it), or under another node
+# than the map's, fails here.
+awk '/^[A-Z][A-Z0-9_.]* *\{/ {node=$1} /^ *tzr_[a-z0-9_]*;/ {gsub(/[ ;]/, ""); print $0 " " node}' src/libtzr.map |
+    sort > "$T/map.list"
+awk '$2 != "A" {split($3, v, "@@"); print v[1] " " v[2]}' "$T/syms" | sort > "$T/so.list"
+check abi_map_lists_symbols test -s "$T/map.list"
+check abi_exports_match_map diff "$T/map.list" "$T/so.list"
 cat > "$T/older.c" <<'C'
 /* A caller of the first tzr_writer_options (it ended before compression). */
 #include <stddef.h>
@@ -55,4 +65,8 @@ $cc $san -Iinclude "$T/older.c" -L"$BUILD" -ltzr -Wl,-rpath,"$bdir" -o "$T/older
 check abi_builds_against_so test -x "$T/older"
 check abi_older_struct_via_so "$T/older" "$T/older.tensors"
 check abi_uses_the_so sh -c "ldd '$T/older' | grep -q 'libtzr.so.0 => $bdir/'"
+# Every extensible struct at its first layout's size, against the .so.
+$cc $san -Iinclude tests/abi/old_layouts.c -L"$BUILD" -ltzr -Wl,-rpath,"$bdir" -o "$T/old_layouts" 2> "$T/cc2.log"
+check abi_old_layouts_build test -x "$T/old_layouts"
+check abi_old_layouts_via_so "$T/old_layouts"
 exit 0

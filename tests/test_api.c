@@ -29,8 +29,8 @@ static int write_two(const char *path, const uint8_t *key) {
     for (int i = 0; i < 64; i++) a[i] = (float)i;
     for (int i = 0; i < 256; i++) b[i] = (float)(1000 - i);
     uint64_t sa[1] = {64}, sb[2] = {16, 16};
-    tzr_tensor_desc da = {"alpha", 5, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, sa, 0};
-    tzr_tensor_desc db = {"beta", 4, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 2, sb, 0};
+    tzr_tensor_desc da = {"alpha", 5, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, sa, 0, sizeof(tzr_tensor_desc)};
+    tzr_tensor_desc db = {"beta", 4, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 2, sb, 0, sizeof(tzr_tensor_desc)};
     rc = tzr_writer_add(w, &da, a);
     if (!rc) rc = tzr_writer_add(w, &db, b);
     if (rc) {
@@ -179,7 +179,7 @@ static void opts_older_caller_works(void) {
     if (!w) return;
     float x[4] = {1, 2, 3, 4};
     uint64_t sh[1] = {4};
-    tzr_tensor_desc d = {"x", 1, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, sh, 0};
+    tzr_tensor_desc d = {"x", 1, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, sh, 0, sizeof(tzr_tensor_desc)};
     CHECK_OK(tzr_writer_add(w, &d, x));
     CHECK_OK(tzr_writer_close(w));
     /* The reader: a struct of exactly struct_size bytes, nothing after. */
@@ -438,7 +438,7 @@ static void frees_keep_the_error(void) {
     CHECK_OK(tzr_writer_open_output(&w, o, NULL));
     if (!w) return;
     uint64_t sh[1] = {1};
-    tzr_tensor_desc d = {"x", 1, TZR_PARAM, 0, "not a dtype", 11, TZR_DTYPE_UNKNOWN, 1, sh, 0};
+    tzr_tensor_desc d = {"x", 1, TZR_PARAM, 0, "not a dtype", 11, TZR_DTYPE_UNKNOWN, 1, sh, 0, sizeof(tzr_tensor_desc)};
     float x = 1;
     CHECK(tzr_writer_add(w, &d, &x) != 0);
     int code = tzr_last_error_code();

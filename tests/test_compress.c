@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "fake_sink.h"
+#include "codec.h"
 #include "compress.h"
 #include "format.h"
 #include "tzr_load.h"
@@ -62,13 +63,14 @@ static uint8_t *make_data(const tspec *t, uint64_t *len, size_t seed) {
 }
 
 static uint64_t write_meta_size; /* 0: the writer's default reservation */
+static int write_codec;          /* compress with this codec id (0: zstd) */
 
 static int write_set(const char *path, const tspec *ts, size_t n, int compress, int planes_mode,
                      uint64_t frame, const uint8_t *key) {
     tzr_writer_options o = TZR_WRITER_OPTIONS_INIT;
     o.metadata_size = write_meta_size;
     o.crypt.key = key;
-    o.compression = compress ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE;
+    o.compression = compress ? (write_codec ? write_codec : TZR_COMPRESSION_ZSTD) : TZR_COMPRESSION_NONE;
     o.frame_size = frame;
     o.byte_planes = planes_mode;
     o.threads = 3;
@@ -79,7 +81,7 @@ static int write_set(const char *path, const tspec *ts, size_t n, int compress, 
         uint64_t len;
         uint8_t *data = make_data(&ts[i], &len, i);
         tzr_tensor_desc d = {ts[i].name, strlen(ts[i].name), TZR_PARAM, 0, NULL, 0, ts[i].dtype,
-                             ts[i].ndim, ts[i].shape, ts[i].meta};
+                             ts[i].ndim, ts[i].shape, ts[i].meta, sizeof(tzr_tensor_desc)};
         rc = tzr_writer_add(w, &d, data);
         free(data);
     }
@@ -207,7 +209,7 @@ static void uncompressed_copy_identical(void) {
         uint8_t *buf = malloc(t->nbytes + 1);
         CHECK_OK(tzr_reader_read(r, i, buf, t->nbytes));
         tzr_tensor_desc d = {t->name, t->name_len, t->type, (uint16_t)t->module_idx, t->dtype_str, t->dtype_len,
-                             t->dtype, t->ndim, t->shape, t->meta};
+                             t->dtype, t->ndim, t->shape, t->meta, sizeof(tzr_tensor_desc)};
         CHECK_OK(tzr_writer_add(w, &d, buf));
         free(buf);
     }
@@ -919,6 +921,114 @@ static void writer_options(void) {
     tzr_writer_abort(w);
 }
 
+/* ---- the codec table ------------------------------------------------- */
+/* A codec only this test's table has (id 7): byte runs as (count, byte)
+ * pairs, written here from its definition, not from the library. */
+static size_t rle_bound(size_t len) { return 2 * len; }
+static void *rle_new_enc(int level) { return malloc(1); }
+static void *rle_new_dec(void) { return malloc(1); }
+static int rle_encode(void *e, uint8_t *dst, size_t cap, const uint8_t *src, size_t n, size_t *got, char *msg,
+                      size_t mcap) {
+    size_t o = 0;
+    for (size_t k = 0; k < n;) {
+        size_t run = 1;
+        while (k + run < n && run < 255 && src[k + run] == src[k]) run++;
+        dst[o++] = (uint8_t)run;
+        dst[o++] = src[k];
+        k += run;
+    }
+    *got = o;
+    return 0;
+}
+static int rle_decode(void *d, uint8_t *dst, size_t want, const uint8_t *src, size_t n, char *msg, size_t mcap) {
+    size_t o = 0;
+    for (size_t k = 0; k + 1 < n; k += 2) {
+        if (src[k] > want - o) {
+            snprintf(msg, mcap, "rle frame runs past %zu bytes", want);
+            return -1;
+        }
+        memset(dst + o, src[k + 1], src[k]);
+        o += src[k];
+    }
+    if (o != want || n % 2) {
+        snprintf(msg, mcap, "rle frame holds %zu bytes, the shape needs %zu", o, want);
+        return -1;
+    }
+    return 0;
+}
+static const tzr_codec RLE = {7, "test-rle", rle_bound, rle_new_enc, free, rle_encode, rle_new_dec, free, rle_decode};
+
+static const tspec RUNS[] = {
+    {"runs_f32", TZR_DTYPE_F32, 1, {30000, 0}, D_ZERO, 0},
+    {"runs_bf16", TZR_DTYPE_BF16, 2, {100, 70}, D_ZERO, 0},
+    {"runs_small", TZR_DTYPE_U8, 1, {300, 0}, D_ZERO, 0},
+    {"noise", TZR_DTYPE_U8, 1, {5000, 0}, D_RANDOM, 0}, /* does not shrink: stored raw */
+};
+#define NRUNS (sizeof RUNS / sizeof RUNS[0])
+
+/* A codec registered in a table loads through the reader and the pipeline
+ * with no other change; the same file under the library's own table (no
+ * row 7) is refused at open, or at load without a frame directory, never
+ * delivered as if the stored bytes were the tensor. */
+static void codec_table(void) {
+    static const tzr_codec *const with_rle[] = {&tzr_codec_zstd, &RLE};
+    const char *path = tmp("rle.tensors"), *nodir = tmp("rle_nodir.tensors");
+    tzr_codec_table_use(with_rle, 2);
+    write_codec = 7;
+    CHECK_OK(write_set(path, RUNS, NRUNS, 1, 0, FRAME, NULL));
+    CHECK_OK(write_without_dir(path, nodir, RUNS, NRUNS, FRAME));
+    write_codec = 0;
+    const char *paths[] = {path, nodir};
+    for (int k = 0; k < 2; k++) {
+        tzr_reader *r = open_r(paths[k], NULL, 1);
+        if (!r) break;
+        check_reads(r, RUNS, NRUNS);
+        CHECK(tzr_reader_tensor(r, 0)->compression == 7 && tzr_reader_tensor(r, 0)->frames == 30);
+        CHECK(tzr_reader_tensor(r, 0)->data_length < 30000 * 4 / 10);
+        CHECK(tzr_reader_tensor(r, 3)->compression == TZR_COMPRESSION_NONE);
+        tzr_reader_free(r);
+        tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+        CHECK_OK(tzr_reader_open(&r, paths[k], &ro));
+        tzr_sink *sink;
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.chunk_bytes = 8192;
+        o.threads = 2;
+        CHECK_OK(tzr_load(r, sink, &o, NULL));
+        check_host(sink, RUNS, NRUNS);
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+    }
+    tzr_codec_table_use(NULL, 0);
+    /* The directory carries every block: refused at open. */
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    tzr_reader *r = NULL;
+    CHECK_RC(tzr_reader_open(&r, path, &ro), TZR_EFORMAT);
+    CHECKF(strstr(tzr_last_error(), "unknown compression codec 7") && strstr(tzr_last_error(), "runs_f32"), "%s",
+           tzr_last_error());
+    /* Without one: open reads no header, so the load (and a read) refuse. */
+    CHECK_OK(tzr_reader_open(&r, nodir, &ro));
+    tzr_sink *sink;
+    CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+    tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+    CHECK_RC(tzr_load(r, sink, &o, NULL), TZR_EFORMAT);
+    CHECKF(strstr(tzr_last_error(), "unknown compression codec 7"), "%s", tzr_last_error());
+    tzr_sink_free(sink);
+    uint8_t *buf = malloc(120000);
+    CHECK_RC(tzr_reader_read(r, 0, buf, 120000), TZR_EFORMAT);
+    CHECKF(strstr(tzr_last_error(), "unknown compression codec 7"), "%s", tzr_last_error());
+    free(buf);
+    tzr_reader_free(r);
+    /* Headers read at open: refused at open. */
+    ro.read_headers = 1;
+    CHECK_RC(tzr_reader_open(&r, nodir, &ro), TZR_EFORMAT);
+    /* A writer asked for a codec without a row is refused. */
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    wo.compression = 7;
+    tzr_writer *w;
+    CHECK_RC(tzr_writer_open(&w, tmp("no_row.tensors"), &wo), TZR_EINVAL);
+}
+
 /* Byte planes against their definition: plane k holds byte k of every
  * element, in order; every length (vector body and scalar tail), 2 and 4. */
 static void planes_split_join(void) {
@@ -963,5 +1073,6 @@ int main(void) {
     RUN(packed_small_compressed);
     RUN(go_on_past_bad_frames);
     RUN(writer_options);
+    RUN(codec_table);
     return check_done();
 }

@@ -71,7 +71,7 @@ static const uint8_t BADKEY[32] = {1};
 
 static void wadd(tzr_writer *w, const char *name, tzr_dtype d, uint32_t ndim, const uint64_t *shape, int meta,
                  const void *data) {
-    tzr_tensor_desc t = {name, strlen(name), TZR_STATE_DICT, 0, NULL, 0, d, ndim, shape, meta};
+    tzr_tensor_desc t = {name, strlen(name), TZR_STATE_DICT, 0, NULL, 0, d, ndim, shape, meta, sizeof(tzr_tensor_desc)};
     int rc = tzr_writer_add(w, &t, data);
     if (rc) check_fail("writer add %s: %s", name, tzr_last_error());
 }

@@ -329,7 +329,7 @@ static void writer_rejects(void) {
     CHECK_OK(tzr_writer_open(&w, out, NULL));
     uint64_t shape[1] = {2};
     float data[2] = {1, 2};
-    tzr_tensor_desc d = {"a", 1, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, shape, 0};
+    tzr_tensor_desc d = {"a", 1, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, shape, 0, sizeof(tzr_tensor_desc)};
     CHECK_OK(tzr_writer_add(w, &d, data));
     CHECK_RC(tzr_writer_add(w, &d, data), TZR_EDUP);
     tzr_tensor_desc empty = d;
@@ -360,7 +360,7 @@ static void writer_index_overflow(void) {
     CHECK_OK(tzr_writer_open(&w, out, &wo));
     uint64_t shape[1] = {1};
     float v = 1;
-    tzr_tensor_desc d = {"t0", 2, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, shape, 0};
+    tzr_tensor_desc d = {"t0", 2, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, shape, 0, sizeof(tzr_tensor_desc)};
     CHECK_OK(tzr_writer_add(w, &d, &v)); /* 29+2+3+4 = 38 bytes */
     d.name = "t1";
     CHECK_OK(tzr_writer_add(w, &d, &v));
@@ -387,7 +387,7 @@ static void writer_reserve(void) {
     for (int i = 0; i < N; i++) names += (uint64_t)snprintf(name, sizeof name, "moe.%d", i);
     CHECK_OK(tzr_writer_reserve(w, N, names, 3 * N, N, 4 * N));
     float v = 2;
-    tzr_tensor_desc d = {name, 0, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, shape, 0};
+    tzr_tensor_desc d = {name, 0, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, shape, 0, sizeof(tzr_tensor_desc)};
     for (int i = 0; i < N; i++) {
         d.name_len = (size_t)snprintf(name, sizeof name, "moe.%d", i);
         CHECK_OK(tzr_writer_add(w, &d, &v));
@@ -428,7 +428,7 @@ static void writer_atomic(void) {
     CHECK_OK(tzr_writer_open(&w, out, NULL));
     uint64_t shape[1] = {1};
     float v = 1;
-    tzr_tensor_desc d = {"t", 1, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, shape, 0};
+    tzr_tensor_desc d = {"t", 1, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 1, shape, 0, sizeof(tzr_tensor_desc)};
     CHECK_OK(tzr_writer_add(w, &d, &v));
     tzr_writer_abort(w);
     size_t n = 0;

@@ -483,7 +483,7 @@ static void replaced_shard(void) {
         uint8_t *data = sm_expected(i, -1, 0, 0, &nb);
         for (uint64_t k = 0; k < nb; k++) data[k] ^= 0x40; /* same shapes, other bytes */
         tzr_tensor_desc td = {SM[i].name, SM[i].name_len, SM[i].name[0] == 0x1E ? TZR_STATE_DICT : TZR_PARAM, 0, NULL,
-                              0, SM[i].dtype, SM[i].ndim, SM[i].shape, 0};
+                              0, SM[i].dtype, SM[i].ndim, SM[i].shape, 0, sizeof(tzr_tensor_desc)};
         CHECK_OK(tzr_writer_add(w, &td, data));
         free(data);
     }

@@ -49,7 +49,7 @@ static void make_blob(void) {
 
 static tzr_tensor_desc desc(int i) {
     tzr_tensor_desc d = {specs[i].name, strlen(specs[i].name), TZR_PARAM, 0, NULL, 0, TZR_DTYPE_BF16,
-                         specs[i].ndim, specs[i].shape, 0};
+                         specs[i].ndim, specs[i].shape, 0, sizeof(tzr_tensor_desc)};
     return d;
 }
 

@@ -36,7 +36,7 @@ static void make_blob(void) {
 }
 
 static tzr_tensor_desc desc(int i) {
-    tzr_tensor_desc d = {names[i], strlen(names[i]), TZR_PARAM, 0, NULL, 0, TZR_DTYPE_U8, 1, shapes[i], 0};
+    tzr_tensor_desc d = {names[i], strlen(names[i]), TZR_PARAM, 0, NULL, 0, TZR_DTYPE_U8, 1, shapes[i], 0, sizeof(tzr_tensor_desc)};
     return d;
 }
 

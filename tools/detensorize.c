@@ -505,7 +505,7 @@ static int export_tensors(const opts *o, tzr_reader *r) {
         if (!buf) rc = tzr_set_error(TZR_ENOMEM, "out of memory");
         if (!rc) rc = tzr_reader_read(r, i, buf, (size_t)t->nbytes); /* also fills module_idx */
         tzr_tensor_desc d = {t->name, t->name_len, t->type, (uint16_t)t->module_idx, t->dtype_str, t->dtype_len,
-                             t->dtype, t->ndim, t->shape, t->meta};
+                             t->dtype, t->ndim, t->shape, t->meta, sizeof(tzr_tensor_desc)};
         if (!rc) rc = tzr_writer_add(w, &d, buf);
         free(buf);
     }

@@ -202,7 +202,7 @@ static int add_tensors(out_files *w, tzr_reader *r, progress_state *ps) {
         }
         rc = t->meta ? 0 : tzr_reader_read(r, i, buf, t->nbytes);
         tzr_tensor_desc d = {t->name, t->name_len, t->type, (uint16_t)(t->module_idx < 0 ? 0 : t->module_idx),
-                             t->dtype_str, t->dtype_len, t->dtype, t->ndim, t->shape, t->meta};
+                             t->dtype_str, t->dtype_len, t->dtype, t->ndim, t->shape, t->meta, sizeof(tzr_tensor_desc)};
         if (!rc) rc = out_add(w, &d, buf);
         free(buf);
         ps->done += t->nbytes;

@@ -196,7 +196,7 @@ static int write_checkpoints(const cfg *c, const char *tensors_path, const char 
         fill_bf16(buf, decl[i].nbytes / 2, i + 1, t[i].ndim == 1);
         if (w) {
             tzr_tensor_desc d = {t[i].name, strlen(t[i].name), TZR_STATE_DICT, 0, NULL, 0, TZR_DTYPE_BF16,
-                                 t[i].ndim, t[i].shape, 0};
+                                 t[i].ndim, t[i].shape, 0, sizeof(tzr_tensor_desc)};
             rc = tzr_writer_add(w, &d, buf);
         }
         if (!rc && sw) rc = tzr_st_writer_put(sw, i, 0, buf, decl[i].nbytes);
@@ -226,7 +226,7 @@ static int write_small(const char *path, size_t count) {
         snprintf(nm, sizeof nm, "t.%zu", i);
         fill_bf16(buf, 2048, i + 7, 0);
         uint64_t shape[1] = {2048};
-        tzr_tensor_desc d = {nm, strlen(nm), TZR_STATE_DICT, 0, NULL, 0, TZR_DTYPE_BF16, 1, shape, 0};
+        tzr_tensor_desc d = {nm, strlen(nm), TZR_STATE_DICT, 0, NULL, 0, TZR_DTYPE_BF16, 1, shape, 0, sizeof(tzr_tensor_desc)};
         rc = tzr_writer_add(w, &d, buf);
     }
     if (rc) {

@@ -82,16 +82,25 @@ STATUS_FN = ctypes.CFUNCTYPE(c_int, c_void_p)
 VOID_FN = ctypes.CFUNCTYPE(None, c_void_p)
 
 
-class Source(Structure):
+class _Sized(Structure):
+    """A struct whose first layout ends with struct_size (include/tzr.h):
+    made with its own size, so later library fields see what it holds."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.struct_size = ctypes.sizeof(self)
+
+
+class Source(_Sized):
     _fields_ = [("read_at", IO_FN), ("destroy", VOID_FN), ("size", c_uint64), ("name", c_char_p),
                 ("preferred_chunk", c_size_t), ("preferred_inflight", c_int), ("is_cached", c_void_p),
                 ("set_direct", c_void_p), ("direct_align", c_size_t), ("readv_at", c_void_p),
-                ("ctx", c_void_p), ("pack_reads", c_int)]
+                ("ctx", c_void_p), ("pack_reads", c_int), ("struct_size", c_size_t)]
 
 
-class Output(Structure):
+class Output(_Sized):
     _fields_ = [("pwrite_at", IO_FN), ("finish", STATUS_FN), ("abort", VOID_FN), ("destroy", VOID_FN),
-                ("name", c_char_p), ("ctx", c_void_p)]
+                ("name", c_char_p), ("ctx", c_void_p), ("struct_size", c_size_t)]
 
 
 class HttpOptions(Structure):
@@ -118,10 +127,10 @@ class WriterOptions(Structure):
                 ("byte_planes", c_int), ("threads", c_int)]
 
 
-class TensorDesc(Structure):
+class TensorDesc(_Sized):
     _fields_ = [("name", c_void_p), ("name_len", c_size_t), ("type", c_int), ("module_idx", c_uint16),
                 ("dtype_str", c_void_p), ("dtype_len", c_size_t), ("dtype", c_int), ("ndim", c_uint32),
-                ("shape", POINTER(c_uint64)), ("meta", c_int)]
+                ("shape", POINTER(c_uint64)), ("meta", c_int), ("struct_size", c_size_t)]
 
 
 PROGRESS_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
@@ -137,9 +146,10 @@ class LoadOptions(Structure):
                 ("select", c_void_p), ("select_ctx", c_void_p), ("verify_level", c_int)]
 
 
-class LoadStats(Structure):
+class LoadStats(_Sized):
     _fields_ = [("tensors", c_uint64), ("bytes", c_uint64), ("bytes_read", c_uint64), ("reads", c_uint64),
-                ("staging_bytes", c_size_t), ("seconds", c_double), ("error_tensor", c_size_t)]
+                ("staging_bytes", c_size_t), ("seconds", c_double), ("error_tensor", c_size_t),
+                ("struct_size", c_size_t)]
 
 
 class ShardWriterOptions(Structure):

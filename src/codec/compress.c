@@ -1,14 +1,15 @@
-/* zstd frames and byte planes for compressed tensors. Frames are
+/* Frames and byte planes for compressed tensors, over any row of the
+ * codec table (codec.h). Frames are
  * independent so the pipeline can decompress them in parallel and in any
  * order; the byte-plane split puts the low-entropy high bytes (sign and
  * exponent) of 2- and 4-byte floats together, which is what compresses. */
 #include "compress.h"
+#include "codec.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <zstd.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -78,6 +79,7 @@ void tzr_planes_join(uint8_t *dst, const uint8_t *src, size_t len, unsigned plan
 
 /* ---- compression (writer) ------------------------------------------- */
 typedef struct zjob {
+    const tzr_codec *codec;
     const uint8_t *data;
     uint64_t len;
     unsigned planes;
@@ -93,13 +95,11 @@ typedef struct zjob {
 
 static void *zworker(void *arg) {
     zjob *j = arg;
-    ZSTD_CCtx *cc = ZSTD_createCCtx();
+    void *cc = j->codec->encoder_new(j->level);
     uint8_t *scratch = j->planes > 1 ? malloc(j->frame_size) : NULL;
     if (!cc || (j->planes > 1 && !scratch)) {
-        snprintf(j->msg, sizeof j->msg, "out of memory for a zstd compressor");
+        snprintf(j->msg, sizeof j->msg, "out of memory for a %s compressor", j->codec->name);
         atomic_store(&j->failed, 1);
-    } else {
-        ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, j->level);
     }
     while (!atomic_load(&j->failed)) {
         uint64_t f = atomic_fetch_add(&j->next, 1);
@@ -111,16 +111,17 @@ static void *zworker(void *arg) {
             tzr_planes_split(scratch, in, n, j->planes);
             in = scratch;
         }
-        size_t got = ZSTD_compress2(cc, j->out + f * j->bound, j->bound, in, n);
-        if (ZSTD_isError(got)) {
-            snprintf(j->msg, sizeof j->msg, "zstd compression of frame %llu failed: %s", (unsigned long long)f,
-                     ZSTD_getErrorName(got));
+        size_t got = 0;
+        char why[160];
+        if (j->codec->encode(cc, j->out + f * j->bound, j->bound, in, n, &got, why, sizeof why)) {
+            snprintf(j->msg, sizeof j->msg, "%s compression of frame %llu failed: %s", j->codec->name,
+                     (unsigned long long)f, why);
             atomic_store(&j->failed, 1);
             break;
         }
         j->sizes[f] = (uint32_t)got;
     }
-    ZSTD_freeCCtx(cc);
+    if (cc) j->codec->encoder_free(cc);
     free(scratch);
     return NULL;
 }
@@ -131,10 +132,12 @@ void tzr_zdata_free(tzr_zdata *z) {
     memset(z, 0, sizeof *z);
 }
 
-int tzr_zcompress(const uint8_t *data, uint64_t len, unsigned planes, uint32_t frame_size, int level, int threads,
-                  tzr_zdata *out) {
+int tzr_zcompress(int codec, const uint8_t *data, uint64_t len, unsigned planes, uint32_t frame_size, int level,
+                  int threads, tzr_zdata *out) {
     memset(out, 0, sizeof *out);
     out->codec = TZR_CODEC_NONE;
+    const tzr_codec *c = tzr_codec_find(codec);
+    if (!c) return tzr_codec_unknown(codec);
     if (len == 0) return 0;
     if (planes < 1) planes = 1;
     uint64_t nframes = len / frame_size + (len % frame_size != 0);
@@ -142,13 +145,14 @@ int tzr_zcompress(const uint8_t *data, uint64_t len, unsigned planes, uint32_t f
         return tzr_fail(TZR_ELIMIT, "%llu frames do not fit in a tensor header", (unsigned long long)nframes);
     zjob j;
     memset(&j, 0, sizeof j);
+    j.codec = c;
     j.data = data;
     j.len = len;
     j.planes = planes;
     j.frame_size = frame_size;
     j.nframes = (uint32_t)nframes;
     j.level = level;
-    j.bound = ZSTD_compressBound(frame_size);
+    j.bound = c->bound(frame_size);
     j.out = malloc((size_t)nframes * j.bound);
     j.sizes = calloc((size_t)nframes, sizeof *j.sizes);
     if (!j.out || !j.sizes) {
@@ -184,7 +188,7 @@ int tzr_zcompress(const uint8_t *data, uint64_t len, unsigned planes, uint32_t f
         return 0;
     }
     uint8_t *shrunk = realloc(j.out, (size_t)total);
-    out->codec = TZR_CODEC_ZSTD;
+    out->codec = (int)c->id;
     out->planes = planes;
     out->frame_size = frame_size;
     out->nframes = (uint32_t)nframes;
@@ -195,22 +199,17 @@ int tzr_zcompress(const uint8_t *data, uint64_t len, unsigned planes, uint32_t f
 }
 
 /* ---- decompression (reader, pipeline) ---------------------------------- */
+/* One decoder, for the codec last used (a thread meets one codec per file). */
 struct tzr_zctx {
-    ZSTD_DCtx *d;
+    const tzr_codec *codec;
+    void *dec;
 };
 
-tzr_zctx *tzr_zctx_new(void) {
-    tzr_zctx *z = calloc(1, sizeof *z);
-    if (z && !(z->d = ZSTD_createDCtx())) {
-        free(z);
-        z = NULL;
-    }
-    return z;
-}
+tzr_zctx *tzr_zctx_new(void) { return calloc(1, sizeof(tzr_zctx)); }
 
 void tzr_zctx_free(tzr_zctx *z) {
     if (!z) return;
-    ZSTD_freeDCtx(z->d);
+    if (z->dec) z->codec->decoder_free(z->dec);
     free(z);
 }
 
@@ -222,6 +221,13 @@ uint64_t tzr_zframes_len(const tzr_comp_info *ci, uint64_t f0, uint64_t f1) {
 
 int tzr_zdecompress(tzr_zctx *z, const tzr_comp_info *ci, uint64_t f0, uint64_t f1, const uint8_t *src,
                     uint64_t src_len, uint8_t *dst, uint8_t *scratch, uint64_t file_off) {
+    const tzr_codec *c = tzr_codec_find(ci->codec);
+    if (!c) return tzr_codec_unknown(ci->codec);
+    if (z->codec != c) {
+        if (z->dec) z->codec->decoder_free(z->dec);
+        z->codec = c;
+        if (!(z->dec = c->decoder_new())) return tzr_fail(TZR_ENOMEM, "out of memory for a %s decoder", c->name);
+    }
     uint64_t at = 0;
     for (uint64_t f = f0; f < f1; f++) {
         uint32_t n = tzr_comp_frame(ci, f);
@@ -232,17 +238,10 @@ int tzr_zdecompress(tzr_zctx *z, const tzr_comp_info *ci, uint64_t f0, uint64_t 
         size_t want = (size_t)tzr_zframes_len(ci, f, f + 1);
         uint8_t *out = dst + (f - f0) * ci->frame_size;
         uint8_t *into = ci->planes > 1 ? scratch : out;
-        size_t got = ZSTD_decompressDCtx(z->d, into, want, src + at, n);
-        unsigned long long says = ZSTD_getFrameContentSize(src + at, n);
-        if (ZSTD_isError(got) && says != ZSTD_CONTENTSIZE_UNKNOWN && says != ZSTD_CONTENTSIZE_ERROR && says != want)
-            return tzr_fail(TZR_EFORMAT, "frame %llu at offset %llu: holds %llu bytes, the shape needs %zu",
-                            (unsigned long long)f, (unsigned long long)(file_off + at), says, want);
-        if (ZSTD_isError(got))
-            return tzr_fail(TZR_EFORMAT, "frame %llu at offset %llu: corrupt zstd frame: %s", (unsigned long long)f,
-                            (unsigned long long)(file_off + at), ZSTD_getErrorName(got));
-        if (got != want)
-            return tzr_fail(TZR_EFORMAT, "frame %llu at offset %llu: decompresses to %zu bytes, the shape needs %zu",
-                            (unsigned long long)f, (unsigned long long)(file_off + at), got, want);
+        char why[200];
+        if (c->decode(z->dec, into, want, src + at, n, why, sizeof why))
+            return tzr_fail(TZR_EFORMAT, "frame %llu at offset %llu: %s", (unsigned long long)f,
+                            (unsigned long long)(file_off + at), why);
         if (ci->planes > 1) tzr_planes_join(out, scratch, want, ci->planes);
         at += n;
     }

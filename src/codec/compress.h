@@ -1,4 +1,4 @@
-/* zstd compression of tensor data for libtzr's compressed-tensor extension
+/* Framed compression of tensor data (codecs: codec.h) for libtzr's compressed-tensor extension
  * (formats/tensorizer.md section 11): independent frames of a fixed
  * uncompressed size, each optionally byte-plane split first. Pure CPU work
  * on memory; no I/O. */
@@ -22,13 +22,14 @@ typedef struct tzr_zdata {
     uint64_t stored_len;
 } tzr_zdata;
 
-/* Compress len bytes in frames of frame_size (planes: 1, 2 or 4, dividing
- * frame_size and len) at zstd level, on up to `threads` threads. */
-TZR_HIDDEN int tzr_zcompress(const uint8_t *data, uint64_t len, unsigned planes, uint32_t frame_size, int level,
+/* Compress len bytes with codec (a codec table id) in frames of
+ * frame_size (planes: 1, 2 or 4, dividing frame_size and len) at the
+ * codec's level, on up to `threads` threads. */
+TZR_HIDDEN int tzr_zcompress(int codec, const uint8_t *data, uint64_t len, unsigned planes, uint32_t frame_size, int level,
                              int threads, tzr_zdata *out);
 TZR_HIDDEN void tzr_zdata_free(tzr_zdata *z);
 
-/* Decompression context, one per thread. */
+/* Decompression context (a decoder of the codec last used), one per thread. */
 typedef struct tzr_zctx tzr_zctx;
 TZR_HIDDEN tzr_zctx *tzr_zctx_new(void);
 TZR_HIDDEN void tzr_zctx_free(tzr_zctx *z);

@@ -173,6 +173,8 @@ int tzr_comm_agree(tzr_comm *c, int rc) { return comm_agree(c, rc, 300); }
 int comm_take_options(const tzr_comm_load_options *opt, tzr_comm_load_options *out) {
     tzr_comm_load_options o = TZR_COMM_LOAD_OPTIONS_INIT;
     if (TZR_OPTS(tzr_comm_load_options, o, opt, offsetof(tzr_comm_load_options, crypt))) return TZR_EINVAL;
+    if (o.crypt_params) o.crypt = *o.crypt_params; /* by pointer wins */
+    o.crypt_params = NULL;
     if (!o.chunk_bytes) o.chunk_bytes = (size_t)8 << 20;
     if (o.chunk_bytes > ((size_t)1 << 30)) o.chunk_bytes = (size_t)1 << 30;
     if (o.window < 1) o.window = 4;

@@ -4,26 +4,26 @@
  * broadcast and allgather forward each complete chunk of that block with
  * NCCL while the next ones are read. Chunk statuses travel over MPI before
  * the matching collective is posted, so no rank ever waits in NCCL for a
- * peer whose reader has failed. libnccl.so.2 and the CUDA runtime are
- * loaded at run time from one symbol list each. */
+ * peer whose reader has failed. NCCL and the GPU runtime come from the
+ * GPU layer (src/gpu/), loaded at run time. */
 #include "comm_internal.h"
-#include "cuda_rt.h"
+#include "gpu_rt.h"
 
 #include <stdlib.h>
 
 typedef struct device_hold {
     tzr_shard_result *layout; /* pieces, shapes and names (no host arena) */
-    void *dev;                /* the cudaMalloc'd block */
+    void *dev;                /* the runtime's device block */
 } device_hold;
 
 void tzr_device_result_free(tzr_device_result *r) {
     TZR_KEEP_ERROR;
     if (!r) return;
     device_hold *h = r->internal_;
-    const tzr_cuda_api *cu;
-    if (h && h->dev && tzr_cuda_load(&cu) == 0) {
-        cu->cudaSetDevice(r->device);
-        cu->cudaFree(h->dev);
+    const tzr_gpu_api *cu;
+    if (h && h->dev && tzr_gpu_load(&cu) == 0) {
+        cu->set_device(r->device);
+        cu->dev_free(h->dev);
     }
     if (h) tzr_shard_result_free(h->layout);
     free(h);
@@ -40,79 +40,24 @@ int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_opti
 #else
 #include "comm_feed.h"
 #include "comm_mpi.h"
+#include "gpu_ccl.h"
 #include "shard_internal.h"
 #include "tzr_load.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-typedef struct tzr_nccl_id { char internal[128]; } tzr_nccl_id;
-typedef void *tzr_nccl_comm;
-#define TZR_NCCL_INT8 0
-
-#define TZR_NCCL_SYMBOLS(X)                                                                  \
-    X(int, ncclGetUniqueId, (tzr_nccl_id *))                                                 \
-    X(int, ncclCommInitRank, (tzr_nccl_comm *, int, tzr_nccl_id, int))                       \
-    X(int, ncclBroadcast, (const void *, void *, size_t, int, int, tzr_nccl_comm, void *))   \
-    X(int, ncclGroupStart, (void))                                                           \
-    X(int, ncclGroupEnd, (void))                                                             \
-    X(int, ncclCommDestroy, (tzr_nccl_comm))                                                 \
-    X(int, ncclCommAbort, (tzr_nccl_comm))                                                   \
-    X(const char *, ncclGetErrorString, (int))
-
-typedef struct tzr_nccl_api {
-#define TZR_NCCL_FIELD(ret, name, args) ret(*name) args;
-    TZR_NCCL_SYMBOLS(TZR_NCCL_FIELD)
-#undef TZR_NCCL_FIELD
-} tzr_nccl_api;
-
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static tzr_nccl_api api;
-static int load_rc;
-static char load_msg[512];
-
-static void load(void) {
-    const char *name = getenv("TZR_NCCL");
-    if (!name || !*name) name = "libnccl.so.2";
-    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        load_rc = TZR_ENODEV;
-        snprintf(load_msg, sizeof load_msg, "NCCL not found (%s): %s", name, dlerror());
-        return;
-    }
-#define TZR_NCCL_LOAD(ret, sym, args)                                                    \
-    if (!(*(void **)&api.sym = dlsym(h, #sym))) {                                        \
-        load_rc = TZR_ENODEV;                                                            \
-        snprintf(load_msg, sizeof load_msg, "NCCL library %s lacks %s", name, #sym);     \
-        return;                                                                          \
-    }
-    TZR_NCCL_SYMBOLS(TZR_NCCL_LOAD)
-#undef TZR_NCCL_LOAD
-}
-
-static int nccl_load(const tzr_nccl_api **out) {
-    pthread_once(&once, load);
-    if (load_rc) return tzr_fail(load_rc, "%s", load_msg);
-    *out = &api;
-    return 0;
-}
-
-static int nccl_fail(const tzr_nccl_api *n, int err, const char *call) {
-    return tzr_fail(TZR_EDEVICE, "%s failed: %s (ncclResult %d)", call, n->ncclGetErrorString(err), err);
-}
-
 /* One rank's device load in progress. */
 typedef struct dev_load {
     tzr_comm *c;
     const tzr_comm_load_options *o;
-    const tzr_cuda_api *cu;
+    const tzr_gpu_api *cu;
     const tzr_nccl_api *nc;
     int device;
     tzr_nccl_comm ncomm;
-    tzr_cuda_stream stream;
+    tzr_gpu_stream stream;
     uint8_t *dev;
 } dev_load;
 
@@ -122,9 +67,9 @@ static int stream_wait(dev_load *d) {
     double deadline = d->o->timeout_s > 0 ? comm_now() + d->o->timeout_s : 0;
     struct timespec nap = {0, 50000};
     for (;;) {
-        int e = d->cu->cudaStreamQuery(d->stream);
+        int e = d->cu->stream_query(d->stream);
         if (e == 0) return 0;
-        if (e != TZR_CUDA_NOT_READY) return tzr_cuda_fail(d->cu, e, "cudaStreamQuery (NCCL stream)");
+        if (e != TZR_GPU_NOT_READY) return tzr_gpu_fail(d->cu, e, TZR_GPU_F(stream_query), "NCCL stream");
         if (deadline && comm_now() > deadline) {
             d->nc->ncclCommAbort(d->ncomm);
             d->ncomm = NULL;
@@ -141,7 +86,7 @@ static int nccl_setup(dev_load *d) {
     tzr_nccl_id id;
     memset(&id, 0, sizeof id);
     int e, rc = 0;
-    if (c->rank == 0 && (e = d->nc->ncclGetUniqueId(&id))) rc = nccl_fail(d->nc, e, "ncclGetUniqueId");
+    if (c->rank == 0 && (e = d->nc->ncclGetUniqueId(&id))) rc = tzr_nccl_fail(d->nc, e, "ncclGetUniqueId");
     rc = comm_agree(c, rc, d->o->timeout_s);
     MPI_Request q;
     if (!rc) {
@@ -149,14 +94,14 @@ static int nccl_setup(dev_load *d) {
         rc = e ? comm_mpi_fail(c, e, "MPI_Ibcast") : comm_wait(c, &q, 1, d->o->timeout_s, "NCCL id", 0);
     }
     if (!rc && (e = d->nc->ncclCommInitRank(&d->ncomm, c->size, id, c->rank)))
-        rc = nccl_fail(d->nc, e, "ncclCommInitRank");
-    if (!rc && (e = d->cu->cudaStreamCreateWithFlags(&d->stream, TZR_CUDA_STREAM_NONBLOCKING)))
-        rc = tzr_cuda_fail(d->cu, e, "cudaStreamCreateWithFlags");
+        rc = tzr_nccl_fail(d->nc, e, "ncclCommInitRank");
+    if (!rc && (e = d->cu->stream_create(&d->stream, TZR_GPU_STREAM_NONBLOCKING)))
+        rc = tzr_gpu_fail(d->cu, e, TZR_GPU_F(stream_create), NULL);
     return comm_agree(c, rc, d->o->timeout_s);
 }
 
 static void nccl_teardown(dev_load *d) {
-    if (d->stream) d->cu->cudaStreamDestroy(d->stream);
+    if (d->stream) d->cu->stream_destroy(d->stream);
     if (d->ncomm) d->nc->ncclCommDestroy(d->ncomm);
     d->stream = d->ncomm = NULL;
 }
@@ -191,7 +136,7 @@ static int dev_bcast(dev_load *d, comm_feed *feed, const comm_layout *L) {
         if (*s) failed = *s;
         else if ((e = d->nc->ncclBroadcast(d->dev + off, d->dev + off, (size_t)len, TZR_NCCL_INT8, 0, d->ncomm,
                                            d->stream)))
-            rc = nccl_fail(d->nc, e, "ncclBroadcast");
+            rc = tzr_nccl_fail(d->nc, e, "ncclBroadcast");
     }
     for (long j = waited; !rc && j < posted; j++)
         rc = comm_wait(c, &rq[j % K], 1, d->o->timeout_s, "broadcast status", j);
@@ -227,14 +172,14 @@ static int dev_gather(dev_load *d, comm_feed *feed, const comm_layout *L) {
             break;
         }
         if ((rc = comm_wait(c, &q, 1, d->o->timeout_s, "allgather round", j)) || agreed) break;
-        if ((e = d->nc->ncclGroupStart())) rc = nccl_fail(d->nc, e, "ncclGroupStart");
+        if ((e = d->nc->ncclGroupStart())) rc = tzr_nccl_fail(d->nc, e, "ncclGroupStart");
         for (int k = 0; k < N && !rc; k++) {
             uint64_t len = pl[k] > done ? (pl[k] - done < C ? pl[k] - done : C) : 0;
             uint8_t *at = d->dev + p0[k] + done;
             if (len && (e = d->nc->ncclBroadcast(at, at, (size_t)len, TZR_NCCL_INT8, k, d->ncomm, d->stream)))
-                rc = nccl_fail(d->nc, e, "ncclBroadcast");
+                rc = tzr_nccl_fail(d->nc, e, "ncclBroadcast");
         }
-        if ((e = d->nc->ncclGroupEnd()) && !rc) rc = nccl_fail(d->nc, e, "ncclGroupEnd");
+        if ((e = d->nc->ncclGroupEnd()) && !rc) rc = tzr_nccl_fail(d->nc, e, "ncclGroupEnd");
     }
     if (!rc) rc = stream_wait(d);
     if (!rc && local) rc = local;
@@ -243,12 +188,12 @@ static int dev_gather(dev_load *d, comm_feed *feed, const comm_layout *L) {
     return rc;
 }
 
-static int zero_device(const tzr_cuda_api *cu, uint8_t *at, uint64_t len) {
+static int zero_device(const tzr_gpu_api *cu, uint8_t *at, uint64_t len) {
     static const uint8_t zeros[1 << 16];
     for (uint64_t done = 0; done < len;) {
         size_t n = len - done < sizeof zeros ? (size_t)(len - done) : sizeof zeros;
-        int e = cu->cudaMemcpy(at + done, zeros, n, TZR_CUDA_MEMCPY_H2D);
-        if (e) return tzr_cuda_fail(cu, e, "cudaMemcpy (zeroing meta tensors)");
+        int e = cu->copy(at + done, zeros, n, TZR_GPU_MEMCPY_H2D);
+        if (e) return tzr_gpu_fail(cu, e, TZR_GPU_F(copy), "zeroing meta tensors");
         done += n;
     }
     return 0;
@@ -258,9 +203,9 @@ static int zero_device(const tzr_cuda_api *cu, uint8_t *at, uint64_t len) {
  * rank returns: TZR_ENODEV when some rank has no device or library. */
 static int dev_setup(dev_load *d, int need_nccl) {
     tzr_comm *c = d->c;
-    int e, rc = need_nccl ? nccl_load(&d->nc) : 0;
-    if (!rc) rc = tzr_cuda_load(&d->cu);
-    if (!rc && (e = d->cu->cudaSetDevice(d->device))) rc = tzr_cuda_fail(d->cu, e, "cudaSetDevice");
+    int e, rc = need_nccl ? tzr_nccl_load(&d->nc) : 0;
+    if (!rc) rc = tzr_gpu_load(&d->cu);
+    if (!rc && (e = d->cu->set_device(d->device))) rc = tzr_gpu_fail(d->cu, e, TZR_GPU_F(set_device), NULL);
     int worst = 0;
     e = MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, c->comm);
     if (e != MPI_SUCCESS) return comm_mpi_fail(c, e, "MPI_Allreduce");
@@ -306,8 +251,8 @@ int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_opti
     }
     rc = comm_agree(c, rc, o.timeout_s);
     int e;
-    if (!rc && (e = d.cu->cudaMalloc((void **)&d.dev, total ? (size_t)total : 1)))
-        rc = tzr_cuda_fail(d.cu, e, "cudaMalloc (the rank's tensors)");
+    if (!rc && (e = d.cu->dev_alloc((void **)&d.dev, total ? (size_t)total : 1)))
+        rc = tzr_gpu_fail(d.cu, e, TZR_GPU_F(dev_alloc), "the rank's tensors");
     for (size_t i = 0; !rc && i < res->count; i++)
         res->pieces[i].data = d.dev + (uintptr_t)res->pieces[i].data;
     if (!rc && whole) rc = zero_device(d.cu, d.dev + L.stream, total - L.stream); /* meta tensors */
@@ -350,7 +295,7 @@ int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_opti
         rc = tzr_fail(TZR_ENOMEM, "out of memory");
     if (rc) {
         free(dr);
-        if (d.dev) d.cu->cudaFree(d.dev);
+        if (d.dev) d.cu->dev_free(d.dev);
         tzr_shard_result_free(res);
         return rc;
     }

@@ -73,6 +73,11 @@ TZR_HIDDEN void tzr_error_note(const char *fmt, ...) TZR_PRINTF(1, 2);
  *     int rc = TZR_OPTS(tzr_reader_options, o, opt, sizeof o);
  *     opt = &o; */
 TZR_HIDDEN int tzr_opts_take(void *copy, size_t ours, size_t first, const void *given, const char *type);
+/* Fill a caller's output struct (tzr_load_stats) from a whole one: its
+ * first layout, the bytes before its struct_size at `base`, always; the
+ * fields after struct_size only as far as the caller's struct_size covers
+ * them (a struct from an older header is never written past its end). */
+TZR_HIDDEN void tzr_opts_put(void *dst, const void *src, size_t base, size_t ours);
 /* (The sizeof terms only make the compiler check copy, opt and type agree.) */
 #define TZR_OPTS(type, copy, opt, first)                                                    \
     tzr_opts_take(&(copy), sizeof(type) + 0 * sizeof((copy) = *(opt)) + 0 * sizeof((type *)0 == &(copy)), \

@@ -18,3 +18,13 @@ int tzr_opts_take(void *copy, size_t ours, size_t first, const void *given, cons
     memcpy(copy, &ours, sizeof ours); /* the copy is whole now */
     return 0;
 }
+
+void tzr_opts_put(void *dst, const void *src, size_t base, size_t ours) {
+    memcpy(dst, src, base);
+    size_t from = base + sizeof(size_t);
+    if (ours <= from) return; /* nothing after struct_size: never read it */
+    size_t n;
+    memcpy(&n, (const char *)dst + base, sizeof n);
+    if (n > ours) n = ours;
+    if (n > from) memcpy((char *)dst + from, (const char *)src + from, n - from);
+}

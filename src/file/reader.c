@@ -1,6 +1,7 @@
 /* Reader: validates the prologue and index up front, reads tensor headers
  * on demand (or all at open), then data with decryption and verification.
  * Positional reads only, so any thread may read any tensor. */
+#include "codec.h"
 #include "compress.h"
 #include "crypt.h"
 #include "mem.h"
@@ -194,6 +195,9 @@ int reader_index_names(tzr_reader *r, size_t *dup, size_t *other) {
 /* A compression block (from a header or the frame directory) against the
  * tensor's index entry: the checks a block cannot make alone. */
 static int check_comp_vs_index(const tzr_tensor_info *t, const tzr_comp_info *ci) {
+    /* Only codecs with a row can be expanded; any other id would be
+     * planned and delivered as if its stored bytes were the tensor. */
+    if (ci->codec != TZR_CODEC_NONE && !tzr_codec_find(ci->codec)) return tzr_codec_unknown(ci->codec);
     if (ci->uncompressed_length != (t->meta ? 0 : t->nbytes))
         return tzr_fail(TZR_EFORMAT, "uncompressed length %llu disagrees with shape and dtype (%llu bytes)",
                         (unsigned long long)ci->uncompressed_length, (unsigned long long)(t->meta ? 0 : t->nbytes));
@@ -204,8 +208,9 @@ static int check_comp_vs_index(const tzr_tensor_info *t, const tzr_comp_info *ci
 
 /* The tensor_info fields a compression block decides. */
 static void set_comp_fields(tzr_tensor_info *t, const tzr_comp_info *ci) {
-    t->compression = ci->codec == TZR_CODEC_ZSTD ? TZR_COMPRESSION_ZSTD : TZR_COMPRESSION_NONE;
-    t->byte_planes = ci->codec == TZR_CODEC_ZSTD ? ci->planes : 1;
+    int coded = tzr_codec_find(ci->codec) != NULL; /* checked before */
+    t->compression = coded ? ci->codec : TZR_COMPRESSION_NONE;
+    t->byte_planes = coded ? ci->planes : 1;
     t->frame_size = ci->frame_size;
     t->frames = ci->nframes;
 }
@@ -687,7 +692,9 @@ static int check_end_marker(tzr_reader *r, uint64_t records_end, const uint8_t *
 int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_options *opt) {
     *out = NULL;
     tzr_reader_options o = TZR_READER_OPTIONS_INIT;
-    int orc = TZR_OPTS(tzr_reader_options, o, opt, sizeof o);
+    /* The first layout ends before crypt_params (added later). */
+    int orc = TZR_OPTS(tzr_reader_options, o, opt, offsetof(tzr_reader_options, crypt_params));
+    if (o.crypt_params) o.crypt = *o.crypt_params; /* by pointer wins */
     opt = &o;
     if (!src) return tzr_fail(TZR_EINVAL, "NULL source");
     if (orc) {
@@ -879,14 +886,14 @@ static int read_tensor(tzr_reader *r, size_t i, void *dst, size_t dst_len, int v
     if (rc) return rc;
     /* Compressed data is read into its own buffer, then expanded into dst
      * (or a buffer of its own when only verifying). */
-    int zstd = h->comp.codec == TZR_CODEC_ZSTD;
-    uint8_t *buf = zstd ? NULL : dst, *out = dst, *scratch = NULL;
+    int coded = tzr_codec_find(h->comp.codec) != NULL; /* framed by a codec */
+    uint8_t *buf = coded ? NULL : dst, *out = dst, *scratch = NULL;
     if (!buf && t->data_length) {
         buf = malloc((size_t)t->data_length);
         if (!buf) return tzr_fail(TZR_ENOMEM, "out of memory");
     }
-    if (zstd && !out && !(out = malloc((size_t)t->nbytes))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
-    if (zstd && !rc && h->comp.planes > 1 && !(scratch = malloc(h->comp.frame_size)))
+    if (coded && !out && !(out = malloc((size_t)t->nbytes))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    if (coded && !rc && h->comp.planes > 1 && !(scratch = malloc(h->comp.frame_size)))
         rc = tzr_fail(TZR_ENOMEM, "out of memory");
     if (rc) {
         free(buf);
@@ -906,7 +913,7 @@ static int read_tensor(tzr_reader *r, size_t i, void *dst, size_t dst_len, int v
         }
         memset(key, 0, sizeof key);
     }
-    if (!rc && zstd) {
+    if (!rc && coded) {
         tzr_zctx *z = tzr_zctx_new();
         if (!z) rc = tzr_fail(TZR_ENOMEM, "out of memory");
         else rc = tzr_zdecompress(z, &h->comp, 0, h->comp.nframes, buf, t->data_length, out, scratch, t->data_offset);
@@ -917,7 +924,7 @@ static int read_tensor(tzr_reader *r, size_t i, void *dst, size_t dst_len, int v
         tzr_hasher hs;
         rc = tzr_reader_hash_begin(r, i, 1, &hs);
         if (!rc) {
-            tzr_hasher_update(&hs, zstd ? out : buf, (size_t)t->uncompressed_length);
+            tzr_hasher_update(&hs, coded ? out : buf, (size_t)t->uncompressed_length);
             rc = tzr_reader_hash_check(r, i, &hs);
         }
     }

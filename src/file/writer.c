@@ -4,6 +4,7 @@
 #include "names.h"
 #include "source_path.h"
 #include "writer_internal.h"
+#include "codec.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -58,6 +59,7 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
     /* The first version ended before the compression fields. */
     tzr_writer_options o = TZR_WRITER_OPTIONS_INIT;
     int orc = TZR_OPTS(tzr_writer_options, o, opt, offsetof(tzr_writer_options, compression));
+    if (o.crypt_params) o.crypt = *o.crypt_params; /* by pointer wins */
     opt = &o;
     if (orc) {
         TZR_KEEP_ERROR; /* the output's destroy must not replace the message */
@@ -80,12 +82,13 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
     w->workers_wanted = opt->threads;
     if (opt->compression != TZR_COMPRESSION_NONE) {
         uint64_t fs = opt->frame_size ? opt->frame_size : (uint64_t)4 << 20;
-        if (opt->compression != TZR_COMPRESSION_ZSTD)
+        if (!tzr_codec_find(opt->compression))
             rc = tzr_fail(TZR_EINVAL, "unknown compression %d", opt->compression);
         else if (fs < TZR_MIN_FRAME || fs > TZR_MAX_FRAME || fs % 64 != 0)
             rc = tzr_fail(TZR_EINVAL, "frame size %llu is not a multiple of 64 in [%u, %u]", (unsigned long long)fs,
                           TZR_MIN_FRAME, TZR_MAX_FRAME);
         w->compress = 1;
+        w->codec = opt->compression;
         w->frame_size = (uint32_t)fs;
         w->level = opt->compression_level ? opt->compression_level : 1;
         w->planes_mode = opt->byte_planes;
@@ -372,7 +375,7 @@ static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data)
     memset(&z, 0, sizeof z);
     if (w->compress && data_length) {
         unsigned planes = w->planes_mode == TZR_PLANES_AUTO && (rec.itemsize == 2 || rec.itemsize == 4) ? rec.itemsize : 1;
-        rc = tzr_zcompress(data, data_length, planes, w->frame_size, w->level, w->threads, &z);
+        rc = tzr_zcompress(w->codec, data, data_length, planes, w->frame_size, w->level, w->threads, &z);
         if (rc) {
             char nb[TZR_NAMEBUF];
             return tzr_fail(rc, "%s: tensor '%s': %s", w->out->name, tzr_printable(d->name, d->name_len, nb, sizeof nb),

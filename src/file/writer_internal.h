@@ -46,7 +46,8 @@ struct tzr_writer {
     uint64_t opslimit, memlimit;
     uint8_t salt[TZR_SALT_BYTES];
     uint64_t tensor_size, count;
-    int compress;            /* zstd: every header gets a compression block */
+    int compress;            /* a codec: every header gets a compression block */
+    int codec;               /* its codec table id (codec.h) */
     int level, planes_mode, threads;
     uint32_t frame_size;
     uint8_t *dir;            /* frame directory: every compression block so far */

@@ -153,8 +153,8 @@ int tzr_check_comp_info(const tzr_comp_info *ci, uint64_t stored) {
                             (unsigned long long)stored);
         return 0;
     }
-    if (ci->codec != TZR_CODEC_ZSTD)
-        return tzr_fail(TZR_EFORMAT, "compression block: unknown codec %u", ci->codec);
+    /* Any other codec id frames the same way; whether a codec table row
+     * can expand it is the reader's question (codec/ is above format/). */
     if (ci->planes != 1 && ci->planes != 2 && ci->planes != 4)
         return tzr_fail(TZR_EFORMAT, "compression block: %u byte planes (1, 2 or 4 are defined)", ci->planes);
     if (ci->frame_size < TZR_MIN_FRAME || ci->frame_size > TZR_MAX_FRAME || ci->frame_size % 64 != 0)

@@ -80,6 +80,7 @@ int tzr_output_open_fd(tzr_output **out, int fd, const char *name) {
     f->fd = dup;
     f->length0 = st.st_size;
     f->base.pwrite_at = fdo_pwrite;
+    f->base.struct_size = sizeof f->base;
     f->base.finish = fdo_finish;
     f->base.abort = fdo_abort;
     f->base.destroy = fdo_destroy;

@@ -361,6 +361,7 @@ int tzr_output_open_file_flags(tzr_output **out, const char *path, unsigned flag
         return rc;
     }
     f->base.pwrite_at = fo_pwrite;
+    f->base.struct_size = sizeof f->base;
     f->base.finish = fo_finish;
     f->base.abort = fo_abort;
     f->base.destroy = fo_destroy;

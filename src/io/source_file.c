@@ -170,6 +170,7 @@ static int wrap_fd(tzr_source **out, int fd, const char *path, const char *direc
     f->fd = fd;
     f->direct_fd = -1;
     f->base.read_at = file_read_at;
+    f->base.struct_size = sizeof f->base;
     f->base.set_direct = file_set_direct;
     f->base.readv_at = file_readv_at;
     f->base.direct_align = DIRECT_ALIGN;

@@ -42,6 +42,7 @@ int tzr_source_open_memory(tzr_source **out, const void *data, size_t len, const
     }
     m->data = data;
     m->base.read_at = mem_read_at;
+    m->base.struct_size = sizeof m->base;
     m->base.destroy = mem_destroy;
     m->base.is_cached = mem_is_cached;
     m->base.size = len;

@@ -2,6 +2,7 @@
  * set up a pipeline, pick the tensors and their byte selections, read the
  * headers planning needs (phase 1), plan, size the ring, bind each unit to
  * its destination, run the workers, drain every fence, and report. */
+#include "codec.h"
 #include "mem.h"
 #include "pipeline.h"
 
@@ -172,7 +173,7 @@ static int read_headers(pipeline *p, int nthreads) {
         for (size_t i = 0; i < p->n; i++) {
             const tzr_tensor_info *t = tzr_reader_tensor(r, i);
             int no_unit = t->data_length == 0 ||
-                          (tzr_reader_compressed(r) && (t->compression != TZR_COMPRESSION_ZSTD ||
+                          (tzr_reader_compressed(r) && (!tzr_codec_find(t->compression) ||
                                                         t->data_offset - t->header_offset > MAX_INLINE_HEADER));
             /* a selection's reads need not start at the header */
             no_unit |= load_plans_selected(p, t, i);
@@ -356,7 +357,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     pol.last_comp = (size_t)-1;
     /* (A scan of every tensor's info: only where tensors can be compressed.) */
     for (size_t i = tzr_reader_compressed(r) ? p->n : 0; i-- > 0 && !rc;)
-        if (p->want[i] && tzr_reader_tensor(r, i)->compression == TZR_COMPRESSION_ZSTD) {
+        if (p->want[i] && tzr_codec_find(tzr_reader_tensor(r, i)->compression)) {
             pol.last_comp = i;
             break;
         }
@@ -376,14 +377,15 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     if (p->direct_was_set) src->set_direct(src, 0);
     release(p);
     if (stats) {
-        memset(stats, 0, sizeof *stats);
-        stats->tensors = p->nselected;
-        stats->bytes = atomic_load(&p->bytes_done);
-        stats->bytes_read = atomic_load(&p->bytes_read);
-        stats->reads = atomic_load(&p->reads);
-        stats->staging_bytes = p->staging_bytes;
-        stats->seconds = now() - t0;
-        stats->error_tensor = rc ? p->err_tensor : (size_t)-1;
+        tzr_load_stats st = {0};
+        st.tensors = p->nselected;
+        st.bytes = atomic_load(&p->bytes_done);
+        st.bytes_read = atomic_load(&p->bytes_read);
+        st.reads = atomic_load(&p->reads);
+        st.staging_bytes = p->staging_bytes;
+        st.seconds = now() - t0;
+        st.error_tensor = rc ? p->err_tensor : (size_t)-1;
+        tzr_opts_put(stats, &st, offsetof(tzr_load_stats, struct_size), sizeof st);
     }
     if (rc) {
         p->err.code = p->err_code;

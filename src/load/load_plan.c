@@ -3,6 +3,7 @@
  * unit), as the plan_policy says: per tensor by kind (compressed frames,
  * byte selections, plain or encrypted data), and the data stream by the
  * source's cost (local reads or costly requests). */
+#include "codec.h"
 #include "mem.h"
 #include "pipeline.h"
 
@@ -108,10 +109,10 @@ static int plan_selected(pipeline *p, size_t i, const plan_policy *pol, size_t *
 
 /* Read only the selection: plaintext or encrypted tensors not verified. */
 int load_plans_selected(const pipeline *p, const tzr_tensor_info *t, size_t i) {
-    return selection(p, i) && !p->verify && t->compression != TZR_COMPRESSION_ZSTD;
+    return selection(p, i) && !p->verify && !tzr_codec_find(t->compression);
 }
 
-/* Units of whole frames for a zstd tensor (see the top comment). */
+/* Units of whole frames for a compressed tensor (see the top comment). */
 static int plan_compressed(pipeline *p, size_t i, const plan_policy *pol, size_t *pcap, size_t *ucap) {
     size_t chunk = pol->chunk, ring = pol->ring;
     const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
@@ -212,7 +213,7 @@ static int plan_packed(pipeline *p, const plan_policy *pol, size_t *pcap, size_t
         if (!p->want[i]) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
         if (t->data_length == 0) continue;
-        if (t->compression == TZR_COMPRESSION_ZSTD) {
+        if (tzr_codec_find(t->compression)) {
             if (open && (rc = add_unit(p, ucap, uoff, uend - uoff, ufirst))) break;
             open = 0;
             uint64_t hlen = t->data_offset - t->header_offset;
@@ -303,10 +304,11 @@ static int plan_local(pipeline *p, const plan_policy *pol, size_t *pcap_, size_t
         if (!p->want[i]) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
         if (t->data_length == 0) continue;
-        if (t->compression == TZR_COMPRESSION_ZSTD || load_plans_selected(p, t, i)) {
+        int coded = tzr_codec_find(t->compression) != NULL;
+        if (coded || load_plans_selected(p, t, i)) {
             if (open_unit && (rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst))) break;
             open_unit = 0;
-            rc = t->compression == TZR_COMPRESSION_ZSTD ? plan_compressed(p, i, pol, &pcap, &ucap)
+            rc = coded ? plan_compressed(p, i, pol, &pcap, &ucap)
                                                         : plan_selected(p, i, pol, &pcap, &ucap);
             continue;
         }

@@ -346,7 +346,7 @@ static int acquire_slot(pipeline *p, size_t u, int s) {
 static int expand_frames(pipeline *p, size_t u, piece *pc, const tzr_comp_info *ci, uint64_t f0, uint64_t f1,
                          const uint8_t *in, size_t inlen, uint64_t at, tzr_zctx **zp) {
     char what[TZR_NAMEBUF + 256];
-    if (!*zp && !(*zp = tzr_zctx_new())) return tzr_fail(TZR_ENOMEM, "out of memory for a zstd context");
+    if (!*zp && !(*zp = tzr_zctx_new())) return tzr_fail(TZR_ENOMEM, "out of memory for a decompression context");
     uint8_t *dst = piece_bytes(p, pc);
     if (!dst) return tzr_fail(TZR_EINVAL, "sink gave no destination");
     uint8_t *scratch = p->slots[u % (size_t)p->nslots].buf + p->zout_at + p->zout_max;

@@ -665,6 +665,7 @@ int tzr_source_open_url(tzr_source **out, const char *url, const tzr_http_option
     }
     const tzr_http_options *o = tzr_http_common_opts(h->common);
     h->base.read_at = http_read_at;
+    h->base.struct_size = sizeof h->base;
     h->base.readv_at = http_readv_at;
     h->base.destroy = http_destroy;
     h->base.name = h->name;

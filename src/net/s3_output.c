@@ -459,6 +459,7 @@ int tzr_output_open_s3(tzr_output **out, const char *url, const tzr_http_options
     o->part_bytes = part_bytes;
     o->max_inflight = opt->max_inflight > 0 ? opt->max_inflight : DEFAULT_INFLIGHT;
     o->base.pwrite_at = s3_pwrite;
+    o->base.struct_size = sizeof o->base;
     o->base.finish = s3_finish;
     o->base.abort = s3_abort;
     o->base.destroy = s3_destroy;

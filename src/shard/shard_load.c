@@ -371,7 +371,8 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
     for (int k = 0; !rc && k < s->tb.nshards; k++) {
         tzr_reader *r = s->readers[k];
         shard_job j = {0};
-        j.base = (tzr_sink){.direct = job_direct, .submit = job_submit, .name = "shard"};
+        j.base = (tzr_sink){.direct = job_direct, .submit = job_submit, .name = "shard",
+                            .struct_size = sizeof(tzr_sink)};
         if (dest->fence) j.base.fence = job_fence, j.base.wait = job_wait;
         if (dest->alloc_staging) j.base.alloc_staging = job_alloc_staging, j.base.free_staging = job_free_staging;
         j.dest = dest;
@@ -417,9 +418,9 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
     for (size_t i = 0; !rc && i < n; i++)
         if (want[i] && dest->end_tensor) rc = dest->end_tensor(dest, i, &tg[i].info);
     if (stats) {
-        *stats = sum;
-        stats->tensors = wanted;
-        stats->error_tensor = (size_t)-1;
+        sum.tensors = wanted;
+        sum.error_tensor = (size_t)-1;
+        tzr_opts_put(stats, &sum, offsetof(tzr_load_stats, struct_size), sizeof sum);
     }
     free(tg);
     free(pool);

@@ -122,6 +122,7 @@ static int open_set(tzr_shard_set **out, const char *path, const char *const *li
     *out = NULL;
     tzr_shard_open_options o = TZR_SHARD_OPEN_OPTIONS_INIT;
     if (TZR_OPTS(tzr_shard_open_options, o, opt, offsetof(tzr_shard_open_options, crypt))) return TZR_EINVAL;
+    if (o.crypt_params) o.crypt = *o.crypt_params; /* by pointer wins */
     opt = &o;
     if (!path) return tzr_fail(TZR_EINVAL, "no path");
     tzr_shard_set *s = calloc(1, sizeof *s);

@@ -77,6 +77,7 @@ int shard_slice_source_open(tzr_source **out, tzr_source *base, uint64_t first, 
     s->name = v->name;
     s->size = outer * run;
     s->read_at = view_read;
+    s->struct_size = sizeof *s;
     s->destroy = view_destroy;
     *out = s;
     return 0;

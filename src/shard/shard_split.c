@@ -273,7 +273,7 @@ int tzr_shard_split(tzr_reader *in, const char *prefix, int nshards, const char 
         }
         rc = tzr_reader_read(in, i, data, (size_t)t->nbytes);
         tzr_tensor_desc d = {t->name, t->name_len, t->type, 0, t->dtype_str, t->dtype_len, t->dtype, t->ndim,
-                             t->shape, 0};
+                             t->shape, 0, sizeof(tzr_tensor_desc)};
         if (!rc) rc = tzr_shard_splitter_add(s, &d, data ? data : (const void *)"");
     }
     free(data);

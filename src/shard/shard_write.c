@@ -116,7 +116,7 @@ static int slice_enter(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, uin
         e->pub.has_sha256 = 1;
     }
     *td = (tzr_tensor_desc){d->name, d->name_len, d->name_len && d->name[0] == 0x1E ? TZR_STATE_DICT : TZR_PARAM,
-                            0, dstr, dlen, d->dtype, d->ndim, local, 0};
+                            0, dstr, dlen, d->dtype, d->ndim, local, 0, sizeof(tzr_tensor_desc)};
     *entry = e;
     return 0;
 }

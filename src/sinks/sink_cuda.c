@@ -1,7 +1,7 @@
 /* CUDA device sink: staging slots are pinned host memory; each slot's
  * copies go on one of a few non-blocking streams, and an event recorded
  * after a slot's last copy is its fence. */
-#include "cuda_rt.h"
+#include "gpu_rt.h"
 #include "tzr_load.h"
 
 #include <pthread.h>
@@ -24,15 +24,15 @@ typedef struct dev_tensor {
 
 typedef struct cuda_sink {
     tzr_sink base;
-    const tzr_cuda_api *api;
+    const tzr_gpu_api *api;
     int device;
     tzr_device_dest_fn dest;
     void *dest_ctx;
     dev_tensor *tab;        /* tzr_sink_cuda_table_new: the caller's table, copied */
     size_t tab_n;
-    tzr_cuda_stream streams[NSTREAMS];
+    tzr_gpu_stream streams[NSTREAMS];
     pthread_mutex_t lock;   /* events array */
-    tzr_cuda_event *events; /* index slot+1 (slot -1: zero fills) */
+    tzr_gpu_event *events; /* index slot+1 (slot -1: zero fills) */
     size_t nevents;
     dev_tensor *t;          /* grown in begin_tensor, before any copy */
     size_t n;
@@ -45,13 +45,13 @@ static _Thread_local int thread_device = -1;
 /* The current device is per thread in CUDA; pipeline threads are ours. */
 static int use_device(cuda_sink *c) {
     if (thread_device == c->device) return 0;
-    int err = c->api->cudaSetDevice(c->device);
-    if (err) return tzr_cuda_fail(c->api, err, "cudaSetDevice");
+    int err = c->api->set_device(c->device);
+    if (err) return tzr_gpu_fail(c->api, err, TZR_GPU_F(set_device), NULL);
     thread_device = c->device;
     return 0;
 }
 
-static tzr_cuda_stream stream_of(cuda_sink *c, int slot) { return c->streams[(unsigned)(slot + 1) % NSTREAMS]; }
+static tzr_gpu_stream stream_of(cuda_sink *c, int slot) { return c->streams[(unsigned)(slot + 1) % NSTREAMS]; }
 
 static int cuda_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
     cuda_sink *c = (cuda_sink *)s;
@@ -91,9 +91,9 @@ static int cuda_begin(tzr_sink *s, size_t index, const tzr_tensor_info *t) {
         return 0;
     }
     void *p = NULL;
-    int err = c->api->cudaMalloc(&p, t->nbytes ? (size_t)t->nbytes : 1);
+    int err = c->api->dev_alloc(&p, t->nbytes ? (size_t)t->nbytes : 1);
     if (err) {
-        tzr_cuda_fail(c->api, err, "cudaMalloc");
+        tzr_gpu_fail(c->api, err, TZR_GPU_F(dev_alloc), NULL);
         return tzr_fail_prefix(TZR_EDEVICE, "tensor '%s' (%llu bytes): ",
                                tzr_printable(t->name, t->name_len, nb, sizeof nb), (unsigned long long)t->nbytes);
     }
@@ -114,7 +114,7 @@ static int cuda_reserve(tzr_sink *s, size_t count, uint64_t bytes) {
     int rc = use_device(c);
     if (rc) return rc;
     void *p = NULL;
-    if (c->api->cudaMalloc(&p, (size_t)size) != 0 || !p) return 0; /* not sticky: per tensor then */
+    if (c->api->dev_alloc(&p, (size_t)size) != 0 || !p) return 0; /* not sticky: per tensor then */
     c->slab = p;
     c->slab_size = size;
     c->slab_used = 0;
@@ -127,16 +127,16 @@ static int cuda_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const 
     if (rc) return rc;
     if (index >= c->n || off > c->t[index].len || len > c->t[index].len - off)
         return tzr_fail(TZR_EINVAL, "cuda sink: copy outside tensor %zu", index);
-    int err = c->api->cudaMemcpyAsync(c->t[index].ptr + off, src, len, TZR_CUDA_MEMCPY_H2D, stream_of(c, slot));
-    return err ? tzr_cuda_fail(c->api, err, "cudaMemcpyAsync") : 0;
+    int err = c->api->copy_async(c->t[index].ptr + off, src, len, TZR_GPU_MEMCPY_H2D, stream_of(c, slot));
+    return err ? tzr_gpu_fail(c->api, err, TZR_GPU_F(copy_async), NULL) : 0;
 }
 
-static int event_for(cuda_sink *c, size_t i, tzr_cuda_event *ev) {
+static int event_for(cuda_sink *c, size_t i, tzr_gpu_event *ev) {
     pthread_mutex_lock(&c->lock);
     if (i >= c->nevents) {
         size_t n = c->nevents ? c->nevents : 16;
         while (n <= i) n *= 2;
-        tzr_cuda_event *grown = realloc(c->events, n * sizeof *grown);
+        tzr_gpu_event *grown = realloc(c->events, n * sizeof *grown);
         if (!grown) {
             pthread_mutex_unlock(&c->lock);
             return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -146,45 +146,45 @@ static int event_for(cuda_sink *c, size_t i, tzr_cuda_event *ev) {
         c->nevents = n;
     }
     int err = 0;
-    if (!c->events[i]) err = c->api->cudaEventCreateWithFlags(&c->events[i], TZR_CUDA_EVENT_DISABLE_TIMING);
+    if (!c->events[i]) err = c->api->event_create(&c->events[i], TZR_GPU_EVENT_DISABLE_TIMING);
     *ev = c->events[i];
     pthread_mutex_unlock(&c->lock);
-    return err ? tzr_cuda_fail(c->api, err, "cudaEventCreateWithFlags") : 0;
+    return err ? tzr_gpu_fail(c->api, err, TZR_GPU_F(event_create), NULL) : 0;
 }
 
 static int cuda_fence(tzr_sink *s, int slot, uint64_t *fence) {
     cuda_sink *c = (cuda_sink *)s;
     int rc = use_device(c);
-    tzr_cuda_event ev;
+    tzr_gpu_event ev;
     if (!rc) rc = event_for(c, (size_t)(slot + 1), &ev);
     if (rc) return rc;
-    int err = c->api->cudaEventRecord(ev, stream_of(c, slot));
-    if (err) return tzr_cuda_fail(c->api, err, "cudaEventRecord");
+    int err = c->api->event_record(ev, stream_of(c, slot));
+    if (err) return tzr_gpu_fail(c->api, err, TZR_GPU_F(event_record), NULL);
     *fence = (uint64_t)(slot + 1);
     return 0;
 }
 
 static int cuda_wait(tzr_sink *s, uint64_t fence) {
     cuda_sink *c = (cuda_sink *)s;
-    tzr_cuda_event ev;
+    tzr_gpu_event ev;
     int rc = event_for(c, (size_t)fence, &ev);
     if (rc) return rc;
-    int err = c->api->cudaEventSynchronize(ev);
-    return err ? tzr_cuda_fail(c->api, err, "cudaEventSynchronize") : 0;
+    int err = c->api->event_sync(ev);
+    return err ? tzr_gpu_fail(c->api, err, TZR_GPU_F(event_sync), NULL) : 0;
 }
 
 static void *cuda_alloc_staging(tzr_sink *s, size_t len) {
     cuda_sink *c = (cuda_sink *)s;
     void *p = NULL;
     if (use_device(c)) return NULL;
-    if (c->api->cudaHostAlloc(&p, len, TZR_CUDA_HOST_ALLOC_PORTABLE) != 0) return NULL;
+    if (c->api->host_alloc(&p, len, TZR_GPU_HOST_ALLOC_PORTABLE) != 0) return NULL;
     return p;
 }
 
 static void cuda_free_staging(tzr_sink *s, void *p, size_t len) {
     (void)len;
     cuda_sink *c = (cuda_sink *)s;
-    c->api->cudaFreeHost(p);
+    c->api->host_free(p);
 }
 
 static void cuda_destroy(tzr_sink *s) {
@@ -193,14 +193,14 @@ static void cuda_destroy(tzr_sink *s) {
         use_device(c);
         for (int i = 0; i < NSTREAMS; i++)
             if (c->streams[i]) {
-                c->api->cudaStreamSynchronize(c->streams[i]);
-                c->api->cudaStreamDestroy(c->streams[i]);
+                c->api->stream_sync(c->streams[i]);
+                c->api->stream_destroy(c->streams[i]);
             }
         for (size_t i = 0; i < c->nevents; i++)
-            if (c->events[i]) c->api->cudaEventDestroy(c->events[i]);
+            if (c->events[i]) c->api->event_destroy(c->events[i]);
         for (size_t i = 0; i < c->n; i++)
-            if (c->t[i].owned) c->api->cudaFree(c->t[i].ptr);
-        if (c->slab) c->api->cudaFree(c->slab);
+            if (c->t[i].owned) c->api->dev_free(c->t[i].ptr);
+        if (c->slab) c->api->dev_free(c->slab);
     }
     free(c->events);
     free(c->tab);
@@ -211,8 +211,8 @@ static void cuda_destroy(tzr_sink *s) {
 
 int tzr_sink_cuda_new(tzr_sink **out, int device, tzr_device_dest_fn dest, void *dest_ctx) {
     *out = NULL;
-    const tzr_cuda_api *api;
-    int rc = tzr_cuda_load(&api);
+    const tzr_gpu_api *api;
+    int rc = tzr_gpu_load(&api);
     if (rc) return rc;
     cuda_sink *c = calloc(1, sizeof *c);
     if (!c) return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -224,6 +224,7 @@ int tzr_sink_cuda_new(tzr_sink **out, int device, tzr_device_dest_fn dest, void 
     c->base.begin_tensor = cuda_begin;
     c->base.reserve = cuda_reserve;
     c->base.submit = cuda_submit;
+    c->base.struct_size = sizeof c->base;
     c->base.fence = cuda_fence;
     c->base.wait = cuda_wait;
     c->base.alloc_staging = cuda_alloc_staging;
@@ -233,8 +234,8 @@ int tzr_sink_cuda_new(tzr_sink **out, int device, tzr_device_dest_fn dest, void 
     c->base.ctx = c;
     rc = use_device(c);
     for (int i = 0; !rc && i < NSTREAMS; i++) {
-        int err = api->cudaStreamCreateWithFlags(&c->streams[i], TZR_CUDA_STREAM_NONBLOCKING);
-        if (err) rc = tzr_cuda_fail(api, err, "cudaStreamCreateWithFlags");
+        int err = api->stream_create(&c->streams[i], TZR_GPU_STREAM_NONBLOCKING);
+        if (err) rc = tzr_gpu_fail(api, err, TZR_GPU_F(stream_create), NULL);
     }
     if (rc) {
         cuda_destroy(&c->base);
@@ -280,27 +281,27 @@ static double now_s(void) {
 }
 
 int tzr_cuda_h2d_bandwidth(int device, size_t bytes, int reps, double *gbps) {
-    const tzr_cuda_api *api;
-    int rc = tzr_cuda_load(&api);
+    const tzr_gpu_api *api;
+    int rc = tzr_gpu_load(&api);
     if (rc) return rc;
-    int err = api->cudaSetDevice(device);
-    if (err) return tzr_cuda_fail(api, err, "cudaSetDevice");
+    int err = api->set_device(device);
+    if (err) return tzr_gpu_fail(api, err, TZR_GPU_F(set_device), NULL);
     thread_device = device;
     void *host = NULL, *dev = NULL;
-    if ((err = api->cudaHostAlloc(&host, bytes, TZR_CUDA_HOST_ALLOC_PORTABLE))) return tzr_cuda_fail(api, err, "cudaHostAlloc");
-    if ((err = api->cudaMalloc(&dev, bytes))) {
-        api->cudaFreeHost(host);
-        return tzr_cuda_fail(api, err, "cudaMalloc");
+    if ((err = api->host_alloc(&host, bytes, TZR_GPU_HOST_ALLOC_PORTABLE))) return tzr_gpu_fail(api, err, TZR_GPU_F(host_alloc), NULL);
+    if ((err = api->dev_alloc(&dev, bytes))) {
+        api->host_free(host);
+        return tzr_gpu_fail(api, err, TZR_GPU_F(dev_alloc), NULL);
     }
     memset(host, 1, bytes);
-    err = api->cudaMemcpy(dev, host, bytes, TZR_CUDA_MEMCPY_H2D); /* warm-up */
+    err = api->copy(dev, host, bytes, TZR_GPU_MEMCPY_H2D); /* warm-up */
     double t0 = now_s();
-    for (int i = 0; i < reps && !err; i++) err = api->cudaMemcpy(dev, host, bytes, TZR_CUDA_MEMCPY_H2D);
-    if (!err) err = api->cudaDeviceSynchronize();
+    for (int i = 0; i < reps && !err; i++) err = api->copy(dev, host, bytes, TZR_GPU_MEMCPY_H2D);
+    if (!err) err = api->device_sync();
     double secs = now_s() - t0;
-    api->cudaFree(dev);
-    api->cudaFreeHost(host);
-    if (err) return tzr_cuda_fail(api, err, "cudaMemcpy");
+    api->dev_free(dev);
+    api->host_free(host);
+    if (err) return tzr_gpu_fail(api, err, TZR_GPU_F(copy), NULL);
     *gbps = secs > 0 ? (double)bytes * reps / secs / 1e9 : 0;
     return 0;
 }

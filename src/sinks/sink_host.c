@@ -154,6 +154,7 @@ int tzr_sink_host_new(tzr_sink **out, tzr_host_dest_fn dest, void *dest_ctx) {
     h->base.reserve = host_reserve;
     h->base.direct = host_direct;
     h->base.submit = host_submit;
+    h->base.struct_size = sizeof h->base;
     h->base.destroy = host_destroy;
     h->base.name = "host";
     h->base.ctx = h;
@@ -224,6 +225,7 @@ int tzr_sink_null_new(tzr_sink **out) {
     tzr_sink *s = calloc(1, sizeof *s);
     if (!s) return tzr_fail(TZR_ENOMEM, "out of memory");
     s->submit = null_submit;
+    s->struct_size = sizeof *s;
     s->destroy = null_destroy;
     s->name = "null";
     *out = s;

@@ -94,7 +94,7 @@ static inline int sm_write_with(const char *path, const tzr_writer_options *o) {
         uint64_t nb;
         uint8_t *data = sm_expected(i, -1, 0, 0, &nb);
         tzr_tensor_desc d = {SM[i].name, SM[i].name_len, SM[i].name[0] == 0x1E ? TZR_STATE_DICT : TZR_PARAM, 0, NULL, 0, SM[i].dtype, SM[i].ndim,
-                             SM[i].shape, 0};
+                             SM[i].shape, 0, sizeof(tzr_tensor_desc)};
         rc = tzr_writer_add(w, &d, data);
         free(data);
     }

@@ -39,7 +39,7 @@ int gen_write(const gen_spec *s, const char *path) {
         char name[64];
         snprintf(name, sizeof name, "layers.%zu.weight", i);
         uint64_t shape[1] = {len};
-        tzr_tensor_desc d = {name, strlen(name), TZR_PARAM, (uint16_t)(i % 5), NULL, 0, TZR_DTYPE_U8, 1, shape, meta};
+        tzr_tensor_desc d = {name, strlen(name), TZR_PARAM, (uint16_t)(i % 5), NULL, 0, TZR_DTYPE_U8, 1, shape, meta, sizeof(tzr_tensor_desc)};
         rc = tzr_writer_add(w, &d, data);
         free(data);
     }

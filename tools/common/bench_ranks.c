@@ -31,7 +31,7 @@ static int generate(const char *path, uint64_t size, int ntensors) {
         char name[64];
         snprintf(name, sizeof name, "layers.%d.weight", t);
         uint64_t shape[2] = {rows, 256};
-        tzr_tensor_desc d = {name, strlen(name), TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 2, shape, 0};
+        tzr_tensor_desc d = {name, strlen(name), TZR_PARAM, 0, NULL, 0, TZR_DTYPE_F32, 2, shape, 0, sizeof(tzr_tensor_desc)};
         rc = tzr_writer_add(w, &d, data);
     }
     free(data);

@@ -68,7 +68,7 @@ static int run_case(int k, const char *in, const char *out, const uint8_t *key, 
     else if (!rc) rc = tzr_writer_open(&w, out, &wo);
     for (size_t i = 0; !rc && i < n; i++) {
         const tzr_st_tensor *t = tzr_st_get(f, i);
-        tzr_tensor_desc d = {t->name, t->name_len, TZR_STATE_DICT, 0, NULL, 0, t->dtype, t->ndim, t->shape, 0};
+        tzr_tensor_desc d = {t->name, t->name_len, TZR_STATE_DICT, 0, NULL, 0, t->dtype, t->ndim, t->shape, 0, sizeof(tzr_tensor_desc)};
         rc = k == ADD_MEMORY     ? tzr_writer_add(w, &d, mem[i])
              : k == ADD_BORROWED ? tzr_writer_add_borrowed(w, &d, mem[i])
              : sp                ? tzr_shard_splitter_add_from(sp, &d, src, t->data_offset)
