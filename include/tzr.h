@@ -225,6 +225,16 @@ TZR_API int tzr_source_open_memory(tzr_source **out, const void *data, size_t le
                                    const char *name);
 TZR_API void tzr_source_free(tzr_source *src);
 
+/* ---------------------------------------------------------------- paths */
+/* What a path names, by its scheme (matched case-insensitively); anything
+ * without a known scheme is a local path. Every path-taking open
+ * dispatches on this, so callers ask it instead of testing prefixes.
+ * Returns a TZR_PATH_* value, or TZR_EINVAL for NULL. */
+enum { TZR_PATH_FILE = 0, TZR_PATH_HTTP = 1, TZR_PATH_HTTPS = 2, TZR_PATH_S3 = 3 };
+TZR_API int tzr_path_kind(const char *path);
+/* Per-call network settings for URL paths, defined in tzr_http.h. */
+struct tzr_http_options;
+
 /* ---------------------------------------------------------------- keys */
 #define TZR_KEY_BYTES 32
 #define TZR_SALT_BYTES 16
@@ -261,12 +271,16 @@ typedef struct tzr_reader_options {
     /* Caps on untrusted input (0 = default). */
     uint64_t max_tensors;     /* default 1<<24 */
     uint64_t max_index_bytes; /* default 1 GiB */
+    /* Added later. Network settings (tzr_http.h) for a URL path, used for
+     * this open only; NULL: the defaults (AWS environment and files). */
+    const struct tzr_http_options *http;
 } tzr_reader_options;
 
 #define TZR_READER_OPTIONS_INIT \
-    { sizeof(tzr_reader_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0 }
+    { sizeof(tzr_reader_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0 }
 
-/* Open a path (local file; URLs where built with HTTP support). */
+/* Open a path: a local file, or an http://, https:// or s3:// URL
+ * (tzr_path_kind) opened with opt->http. */
 TZR_API int tzr_reader_open(tzr_reader **out, const char *path,
                             const tzr_reader_options *opt);
 /* Open over a source. The reader takes ownership of src in every case
@@ -360,12 +374,14 @@ typedef struct tzr_writer_options {
                                  almost none of the file) */
     int no_replace;           /* added later. local paths: TZR_OUTPUT_NOREPLACE
                                  (never replace a file at the path) */
+    const struct tzr_http_options *http; /* added later: an s3:// path's
+                                 network settings (tzr_http.h); NULL: defaults */
 } tzr_writer_options;
 
 enum { TZR_PLANES_AUTO = 0, TZR_PLANES_OFF = 1 };
 
 #define TZR_WRITER_OPTIONS_INIT \
-    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0 }
+    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* One tensor to write. */
 typedef struct tzr_tensor_desc {
@@ -381,7 +397,8 @@ typedef struct tzr_tensor_desc {
     int meta;                 /* meta tensor: no data written */
 } tzr_tensor_desc;
 
-/* Open a writer on a local path (atomic). */
+/* Open a writer on a local path (atomic) or an s3:// URL (multipart
+ * upload, tzr_output_open_s3 with opt->http). */
 TZR_API int tzr_writer_open(tzr_writer **out, const char *path,
                             const tzr_writer_options *opt);
 /* Open on an output; the writer owns it from now on (freed on failure). */
