@@ -43,7 +43,7 @@ extern "C" {
 #endif
 
 #define TZR_VERSION_MAJOR 0
-#define TZR_VERSION_MINOR 1
+#define TZR_VERSION_MINOR 2
 #define TZR_VERSION_PATCH 0
 #define TZR_VERSION_NUMBER \
     (TZR_VERSION_MAJOR * 10000 + TZR_VERSION_MINOR * 100 + TZR_VERSION_PATCH)
@@ -236,6 +236,16 @@ TZR_API int tzr_source_open_memory(tzr_source **out, const void *data, size_t le
                                    const char *name);
 TZR_API void tzr_source_free(tzr_source *src);
 
+/* ---------------------------------------------------------------- paths */
+/* What a path names, by its scheme (matched case-insensitively); anything
+ * without a known scheme is a local path. Every path-taking open
+ * dispatches on this, so callers ask it instead of testing prefixes.
+ * Returns a TZR_PATH_* value, or TZR_EINVAL for NULL. */
+enum { TZR_PATH_FILE = 0, TZR_PATH_HTTP = 1, TZR_PATH_HTTPS = 2, TZR_PATH_S3 = 3 };
+TZR_API int tzr_path_kind(const char *path);
+/* Per-call network settings for URL paths, defined in tzr_http.h. */
+struct tzr_http_options;
+
 /* ---------------------------------------------------------------- keys */
 #define TZR_KEY_BYTES 32
 #define TZR_SALT_BYTES 16
@@ -275,12 +285,16 @@ typedef struct tzr_reader_options {
     /* Added later: key material by pointer; set, it is used instead of
      * `crypt` (which then stays zero). */
     const tzr_crypt_params *crypt_params;
+    /* Added later. Network settings (tzr_http.h) for a URL path, used for
+     * this open only; NULL: the defaults (AWS environment and files). */
+    const struct tzr_http_options *http;
 } tzr_reader_options;
 
 #define TZR_READER_OPTIONS_INIT \
-    { sizeof(tzr_reader_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0 }
+    { sizeof(tzr_reader_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0 }
 
-/* Open a path (local file; URLs where built with HTTP support). */
+/* Open a path: a local file, or an http://, https:// or s3:// URL
+ * (tzr_path_kind) opened with opt->http. */
 TZR_API int tzr_reader_open(tzr_reader **out, const char *path,
                             const tzr_reader_options *opt);
 /* Open over a source. The reader takes ownership of src in every case
@@ -377,12 +391,14 @@ typedef struct tzr_writer_options {
                                  (never replace a file at the path) */
     const tzr_crypt_params *crypt_params; /* added later: used instead of
                                  `crypt` when set */
+    const struct tzr_http_options *http; /* added later: an s3:// path's
+                                 network settings (tzr_http.h); NULL: defaults */
 } tzr_writer_options;
 
 enum { TZR_PLANES_AUTO = 0, TZR_PLANES_OFF = 1 };
 
 #define TZR_WRITER_OPTIONS_INIT \
-    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    { sizeof(tzr_writer_options), {0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* One tensor to write. */
 typedef struct tzr_tensor_desc {
@@ -399,7 +415,8 @@ typedef struct tzr_tensor_desc {
     size_t struct_size;       /* sizeof(tzr_tensor_desc); 0: the fields above only */
 } tzr_tensor_desc;
 
-/* Open a writer on a local path (atomic). */
+/* Open a writer on a local path (atomic) or an s3:// URL (multipart
+ * upload, tzr_output_open_s3 with opt->http). */
 TZR_API int tzr_writer_open(tzr_writer **out, const char *path,
                             const tzr_writer_options *opt);
 /* Open on an output; the writer owns it from now on (freed on failure). */

@@ -78,9 +78,11 @@ typedef struct tzr_comm_load_options {
                                the ranks that read: rank 0 for broadcast) */
     const tzr_crypt_params *crypt_params; /* added later: used instead of
                                `crypt` when set */
+    const struct tzr_http_options *http; /* added later: a URL path's network
+                               settings (tzr_http.h); NULL: the defaults */
 } tzr_comm_load_options;
 #define TZR_COMM_LOAD_OPTIONS_INIT \
-    { sizeof(tzr_comm_load_options), TZR_COMM_INDEPENDENT, 0, 0, 1, 0, 0, {0, 0, 0, 0, 0, 0}, 0 }
+    { sizeof(tzr_comm_load_options), TZR_COMM_INDEPENDENT, 0, 0, 1, 0, 0, {0, 0, 0, 0, 0, 0}, 0, 0 }
 
 typedef struct tzr_comm_stats {
     uint64_t bytes;       /* tensor bytes this rank ended with */

@@ -2,6 +2,11 @@
  * atomic S3 multipart tzr_output. Include after (or instead of) tzr.h; this
  * header includes only standard C headers.
  *
+ * Every open that takes a path takes these options per call too
+ * (tzr_reader_options.http, tzr_writer_options.http,
+ * tzr_shard_open_options.http, tzr_comm_load_options.http): two loads in
+ * one process may use two endpoints and two sets of credentials.
+ *
  * URLs: http://host/path, https://host/path (plain ranged GETs, no signing)
  * and s3://bucket/key (SigV4-signed; credentials, region and endpoint from
  * the options, else the environment, ~/.aws/credentials, ~/.aws/config,
@@ -46,9 +51,11 @@ typedef struct tzr_http_options {
      * Stall: a request whose server sends nothing for this long (no answer
      * at all, or a body slower than 1 KiB/s) fails and is retried; one the
      * server never answers is tried 3 times at most. Connect: limit for
-     * opening a connection. 0: $TZR_HTTP_TIMEOUT (seconds) when set, else
-     * 60 s as the AWS CLI's read and connect timeouts, cut to
-     * total_timeout_s / 4 so that retries fit in the budget. */
+     * opening a connection. 0: 60 s as the AWS CLI's read and connect
+     * timeouts, cut to total_timeout_s / 4 so that retries fit in the
+     * budget. (The library reads no environment of its own: only the
+     * standard AWS variables and files named above are defaults; the
+     * tools read $TZR_HTTP_TIMEOUT and pass it here.) */
     double stall_timeout_s;
     double connect_timeout_s;
 } tzr_http_options;

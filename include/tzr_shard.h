@@ -169,8 +169,11 @@ typedef struct tzr_shard_open_options {
     const char *rank_rules;
     const tzr_crypt_params *crypt_params; /* added later: used instead of
                                  `crypt` when set */
+    /* Added later. Network settings (tzr_http.h) for URL manifests,
+     * listings and shard files, this open only; NULL: the defaults. */
+    const struct tzr_http_options *http;
 } tzr_shard_open_options;
-#define TZR_SHARD_OPEN_OPTIONS_INIT { sizeof(tzr_shard_open_options), 1, {0, 0, 0, 0, 0, 0}, 0, 0 }
+#define TZR_SHARD_OPEN_OPTIONS_INIT { sizeof(tzr_shard_open_options), 1, {0, 0, 0, 0, 0, 0}, 0, 0, 0 }
 
 /* Tensor-parallel layers as vLLM (and Megatron) cut them: column-parallel
  * weights and biases (q/k/v, merged qkv, gate/up, merged gate_up, the

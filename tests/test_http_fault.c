@@ -255,14 +255,22 @@ static void silent_server_on_get(void) {
     tzr_source_free(s);
 }
 
-/* The tools' --timeout reaches the library through TZR_HTTP_TIMEOUT when
- * the options leave the stall time unset. */
-static void silent_server_env_timeout(void) {
-    setenv("TZR_HTTP_TIMEOUT", "1", 1);
+/* The library reads no setting of its own from the environment: with
+ * TZR_HTTP_TIMEOUT=1000 set (what the tools once set for --timeout), a
+ * path opened with per-call options whose stall time is unset still gets
+ * the default stall (a quarter of the 4 s budget: 1 s, 3 tries). Read by
+ * mistake, 1000 s would allow one try only. Through the reader's path
+ * open, so the per-call options travel from tzr_reader_options. */
+static void env_timeout_not_read(void) {
+    setenv("TZR_HTTP_TIMEOUT", "1000", 1);
+    tzr_http_options o = opts();
+    o.total_timeout_s = 4;
     char url[512];
     url_of(url, sizeof url, "silent", "zeros.bin");
-    tzr_source *s = NULL;
-    CHECK_RC(tzr_source_open_url(&s, url, NULL), TZR_ENET);
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    ro.http = &o;
+    tzr_reader *r = NULL;
+    CHECK_RC(tzr_reader_open(&r, url, &ro), TZR_ENET);
     unsetenv("TZR_HTTP_TIMEOUT");
     msg_has("no answer");
     CHECK(log_count("HEAD /silent/zeros.bin") == 3);
@@ -314,7 +322,7 @@ int main(void) {
     RUN(gzip_head_refused);
     RUN(silent_server_at_open);
     RUN(silent_server_on_get);
-    RUN(silent_server_env_timeout);
+    RUN(env_timeout_not_read);
     RUN(old_struct_size);
     kill(srv_pid, SIGTERM);
     waitpid(srv_pid, NULL, 0);

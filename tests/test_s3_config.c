@@ -2,7 +2,7 @@
  * HOME directories and environment variables (no network). */
 #include "check.h"
 #include "http_internal.h"
-#include "source_path.h"
+#include "scheme.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -208,19 +208,19 @@ static void path_dispatch_local(void) {
     char p[600];
     snprintf(p, sizeof p, "%s/local.bin", check_tmpdir());
     tzr_output *o = NULL;
-    CHECK_OK(tzr_output_open_path(&o, p));
+    CHECK_OK(tzr_output_open_path(&o, p, 0, NULL));
     if (o) {
         CHECK_OK(o->pwrite_at(o, "hello", 5, 0));
         CHECK_OK(o->finish(o));
         o->destroy(o);
     }
     tzr_source *s = NULL;
-    CHECK_OK(tzr_source_open_path(&s, p, 0));
+    CHECK_OK(tzr_source_open_path(&s, p, 0, NULL));
     if (s) {
         CHECK(s->size == 5);
         tzr_source_free(s);
     }
-    CHECK_RC(tzr_output_open_path(&o, "http://127.0.0.1:1/x"), TZR_ENOTSUP);
+    CHECK_RC(tzr_output_open_path(&o, "http://127.0.0.1:1/x", 0, NULL), TZR_ENOTSUP);
     CHECK(tzr_is_url("S3://b/k") && tzr_is_url("https://x") && !tzr_is_url("/tmp/s3://x"));
 }
 

@@ -11,9 +11,10 @@
 #include "gen.h"
 #include "golden.h"
 #include "http_internal.h"
-#include "source_path.h"
+#include "scheme.h"
 #include "tzr_http.h"
 #include "tzr_load.h"
+#include "tzr_shard.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -340,7 +341,7 @@ static void name_has_no_query(void) {
     CHECK(strstr(s->name, "SECRET") == NULL && strstr(s->name, "TOK") == NULL);
     tzr_source_free(s);
     /* source_path dispatch */
-    CHECK_OK(tzr_source_open_path(&s, url, 0));
+    CHECK_OK(tzr_source_open_path(&s, url, 0, NULL));
     if (s) {
         CHECK(s->size == BIG);
         tzr_source_free(s);
@@ -946,14 +947,14 @@ static void s3_env_chain(void) {
     char *old_home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
     setenv("HOME", home, 1);
     tzr_output *out = NULL;
-    CHECK_OK(tzr_output_open_path(&out, "s3://tzr/via-path.bin"));
+    CHECK_OK(tzr_output_open_path(&out, "s3://tzr/via-path.bin", 0, NULL));
     if (out) {
         CHECK_OK(out->pwrite_at(out, big, 1000, 0));
         CHECK_OK(out->finish(out));
         out->destroy(out);
     }
     tzr_source *s = NULL;
-    CHECK_OK(tzr_source_open_path(&s, "s3://tzr/via-path.bin", 0));
+    CHECK_OK(tzr_source_open_path(&s, "s3://tzr/via-path.bin", 0, NULL));
     if (s) {
         unsigned char b[1000];
         CHECK_OK(s->read_at(s, b, 1000, 0));
@@ -974,11 +975,84 @@ static void s3_anonymous_denied(void) {
     if (!rc) tzr_source_free(s);
 }
 
+/* A small checkpoint written to and read back from url with per-call
+ * settings o only (writer, reader and shard set opens). */
+static int write_small(const char *url, const tzr_http_options *o, uint32_t seed) {
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    wo.http = o;
+    tzr_writer *w = NULL;
+    int rc = tzr_writer_open(&w, url, &wo);
+    if (rc) return rc;
+    uint64_t shape[1] = {1024};
+    uint32_t v[1024];
+    for (int i = 0; i < 1024; i++) v[i] = seed + (uint32_t)i;
+    tzr_tensor_desc d = {"t", 1, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_I32, 1, shape, 0};
+    rc = tzr_writer_add(w, &d, v);
+    if (rc) {
+        tzr_writer_abort(w);
+        return rc;
+    }
+    return tzr_writer_close(w);
+}
+
+static int read_small(const char *url, const tzr_http_options *o, uint32_t seed) {
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    ro.http = o;
+    ro.verify = 1;
+    tzr_reader *r = NULL;
+    int rc = tzr_reader_open(&r, url, &ro);
+    if (rc) return rc;
+    uint32_t v[1024];
+    rc = tzr_reader_count(r) == 1 ? tzr_reader_read(r, 0, v, sizeof v) : -102;
+    for (int i = 0; !rc && i < 1024; i++)
+        if (v[i] != seed + (uint32_t)i) rc = -100;
+    tzr_reader_free(r);
+    if (rc) return rc;
+    tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
+    so.http = o;
+    tzr_shard_set *s = NULL;
+    if ((rc = tzr_shard_open(&s, url, &so))) return rc;
+    rc = tzr_shard_count(s) == 1 ? 0 : -103;
+    tzr_shard_close(s);
+    return rc;
+}
+
+/* Two loads in one process, each with its own credentials (two Swift
+ * accounts, each bucket visible to its own account only) given per call,
+ * while the environment names a wrong endpoint and wrong keys that a
+ * library reading setenv'd settings would use. */
+static void s3_two_accounts(void) {
+    tzr_http_options a = s3_opts(), b = s3_opts();
+    b.access_key = "test2:tester2";
+    b.secret_key = "testing2";
+    setenv("AWS_ACCESS_KEY_ID", "env-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "env-secret", 1);
+    setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1", 1);
+    CHECK_OK(write_small("s3://tzr/acct-a.tensors", &a, 1000));
+    CHECK_OK(write_small("s3://tzr2/acct-b.tensors", &b, 2000));
+    CHECK_OK(read_small("s3://tzr/acct-a.tensors", &a, 1000));
+    CHECK_OK(read_small("s3://tzr2/acct-b.tensors", &b, 2000));
+    /* The settings matter: each account's key cannot see the other's bucket. */
+    int rc = read_small("s3://tzr2/acct-b.tensors", &a, 2000);
+    fprintf(stderr, "  account a on b's bucket: %d %s\n", rc, tzr_last_error());
+    CHECK(rc == TZR_ENOTFOUND || rc == TZR_EHTTP);
+    /* And without per-call settings the environment's wrong endpoint is used. */
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    tzr_reader *r = NULL;
+    tzr_http_options env_only = TZR_HTTP_OPTIONS_INIT;
+    env_only.total_timeout_s = 2;
+    ro.http = &env_only;
+    CHECK_RC(tzr_reader_open(&r, "s3://tzr/acct-a.tensors", &ro), TZR_ENET);
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    unsetenv("AWS_ENDPOINT_URL");
+}
+
 /* Create a bucket with a signed S3 PUT (used by tests/s3_test.sh). */
-static int make_bucket(const char *endpoint, const char *bucket) {
+static int make_bucket(const char *endpoint, const char *bucket, const char *key, const char *secret) {
     tzr_http_options o = TZR_HTTP_OPTIONS_INIT;
-    o.access_key = "test:tester";
-    o.secret_key = "testing";
+    o.access_key = key;
+    o.secret_key = secret;
     o.endpoint = endpoint;
     o.total_timeout_s = 20;
     tzr_s3_config cfg;
@@ -1018,7 +1092,8 @@ static int make_bucket(const char *endpoint, const char *bucket) {
 int main(int argc, char **argv) {
     if (access("tests/util/faulty_http.py", F_OK) != 0 && chdir("..") != 0) return 2;
     signal(SIGPIPE, SIG_IGN);
-    if (argc >= 4 && strcmp(argv[1], "--mkbucket") == 0) return make_bucket(argv[2], argv[3]);
+    if (argc >= 4 && strcmp(argv[1], "--mkbucket") == 0)
+        return make_bucket(argv[2], argv[3], argc >= 6 ? argv[4] : "test:tester", argc >= 6 ? argv[5] : "testing");
     make_big();
     if (argc >= 3 && strcmp(argv[1], "--s3") == 0) {
         s3_endpoint = argv[2];
@@ -1032,6 +1107,7 @@ int main(int argc, char **argv) {
         RUN(s3_abort_leaves_nothing);
         RUN(s3_env_chain);
         RUN(s3_anonymous_denied);
+        RUN(s3_two_accounts);
         free(big);
         return check_done();
     }

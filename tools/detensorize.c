@@ -478,7 +478,7 @@ static char *export_name(const tzr_tensor_info *t) {
 /* -o OUT: a local file (written beside it, renamed into place) or an
  * s3:// object (a multipart upload, completed at the end or aborted). */
 static int open_output(tzr_output **out, const char *path, int force) {
-    if (strncasecmp(path, "s3://", 5) == 0) return tzr_output_open_s3(out, path, NULL, 0);
+    if (cli_is_s3(path)) return tzr_output_open_s3(out, path, cli_http(), 0);
     return tzr_output_open_file_flags(out, path, force ? 0 : TZR_OUTPUT_NOREPLACE);
 }
 
@@ -488,6 +488,7 @@ static int export_tensors(const opts *o, tzr_reader *r) {
     tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
     wo.metadata_size = o->index_bytes; /* an override: tzr_writer_reserve then keeps it */
     wo.no_replace = !o->force; /* a file another run created meanwhile is not replaced either */
+    wo.http = cli_http();
     int rc = tzr_writer_open(&w, o->output, &wo);
     uint64_t n = 0, names = 0, dtypes = 0, dims = 0, bytes = 0; /* the index sized for every tensor copied */
     for (size_t i = 0; !rc && i < tzr_reader_count(r); i++) {
@@ -707,6 +708,7 @@ static int shard_main(const opts *o) {
     tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
     so.verify = !o->no_verify;
     so.rank_rules = o->rank_rules; /* NULL: vLLM's */
+    so.http = cli_http();
     cli_crypt_apply(&o->crypt, &so.crypt); /* encrypted shard files */
     tzr_shard_set *set;
     int rc = o->nfiles > 1 ? tzr_shard_open_files(&set, o->files, (size_t)o->nfiles, &so)
@@ -841,6 +843,7 @@ static int run(opts *o, int argc, char **argv) {
      * writer, so a corrupt input never comes out as a file that verifies. */
     ro.verify = o->output && !o->no_verify;
     cli_crypt_apply(&o->crypt, &ro.crypt);
+    ro.http = cli_http();
     tzr_reader *r;
     int rc = tzr_reader_open(&r, o->file, &ro);
     if (rc) return o->output && cli_stop_signal ? cli_output_stopped(0) : cli_lib_error(rc);

@@ -95,11 +95,13 @@ typedef struct input {
 static int input_open(input *in, const char *arg) {
     if (cli_ends_with(arg, ".index.json") || cli_is_directory(arg)) {
         tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
+        so.http = cli_http();
         return tzr_shard_open(&in->set, arg, &so);
     }
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.read_headers = 1; /* module indices live in the headers */
     ro.verify = 1;       /* a .tensors input's hashes are checked as it is read */
+    ro.http = cli_http();
     return tzr_reader_open(&in->r, arg, &ro);
 }
 static int input_nfiles(const input *in) { return in->set ? tzr_shard_nshards(in->set) : 1; }
@@ -340,7 +342,7 @@ int main(int argc, char **argv) {
         cli_error("--direct goes with a local OUT");
         return EXIT_USAGE;
     }
-    if ((part_mib || uploads) && strncasecmp(output, "s3://", 5) != 0) {
+    if ((part_mib || uploads) && !cli_is_s3(output)) {
         cli_error("--part-size and --uploads go with an s3:// output");
         return EXIT_USAGE;
     }
@@ -382,6 +384,7 @@ int main(int argc, char **argv) {
     wo.metadata_size = index_bytes;
     wo.direct = direct;
     wo.no_replace = !force; /* a file another run created meanwhile is not replaced either */
+    wo.http = cli_http();
     int ninputs = argc - optind, bad_rules = 0, rc;
     input *inputs = calloc((size_t)ninputs, sizeof *inputs);
     if (!inputs) return cli_lib_error(tzr_set_error(TZR_ENOMEM, "out of memory"));
@@ -411,8 +414,8 @@ int main(int argc, char **argv) {
         so.file = &wo;
         so.file_pattern = pattern;
         rc = tzr_shard_splitter_open(&w.sp, prefix, shards, rules, &so);
-    } else if (!cli_stop_signal && strncasecmp(output, "s3://", 5) == 0) {
-        tzr_http_options ho = TZR_HTTP_OPTIONS_INIT;
+    } else if (!cli_stop_signal && cli_is_s3(output)) {
+        tzr_http_options ho = *cli_http();
         ho.max_inflight = uploads;
         tzr_output *o = NULL;
         rc = tzr_output_open_s3(&o, output, &ho, (size_t)part_mib << 20);

@@ -198,6 +198,7 @@ static int open_reader(const char *path, const tzr_comm_load_options *o, tzr_rea
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.verify = o->verify;
     ro.crypt = o->crypt;
+    ro.http = o->http;
     return tzr_reader_open(r, path, &ro);
 }
 
@@ -247,6 +248,7 @@ static int load_sharded(tzr_comm *c, const char *path, const tzr_comm_load_optio
     tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
     so.verify = o->verify;
     so.crypt = o->crypt;
+    so.http = o->http;
     int rc = comm_agree(c, tzr_shard_open(&s, path, &so), o->timeout_s);
     if (!rc) rc = tzr_shard_load_rank(s, rank, size, o->rules, out);
     if (*out) *bytes_read = (*out)->bytes_read;

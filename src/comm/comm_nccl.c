@@ -242,6 +242,7 @@ int tzr_comm_load_device(tzr_comm *c, const char *path, const tzr_comm_load_opti
         tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
         so.verify = o.verify;
         so.crypt = o.crypt;
+        so.http = o.http;
         rc = tzr_shard_open(&set, path, &so);
         if (!rc) rc = shard_rank_layout(set, me, nranks, o.rules, &res, &total);
     } else {

@@ -8,7 +8,7 @@
 #include "names.h"
 #include "reader_internal.h"
 #include "reader_struct.h"
-#include "source_path.h"
+#include "scheme.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -692,7 +692,7 @@ static int check_end_marker(tzr_reader *r, uint64_t records_end, const uint8_t *
 int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_options *opt) {
     *out = NULL;
     tzr_reader_options o = TZR_READER_OPTIONS_INIT;
-    /* The first layout ends before crypt_params (added later). */
+    /* The first layout ends before crypt_params (added later, then http). */
     int orc = TZR_OPTS(tzr_reader_options, o, opt, offsetof(tzr_reader_options, crypt_params));
     if (o.crypt_params) o.crypt = *o.crypt_params; /* by pointer wins */
     opt = &o;
@@ -806,7 +806,9 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
 int tzr_reader_open(tzr_reader **out, const char *path, const tzr_reader_options *opt) {
     *out = NULL;
     tzr_source *src;
-    int rc = tzr_source_open_path(&src, path, 0);
+    const struct tzr_http_options *http =
+        opt && opt->struct_size > offsetof(tzr_reader_options, http) ? opt->http : NULL;
+    int rc = tzr_source_open_path(&src, path, 0, http);
     if (rc) return rc;
     return tzr_reader_open_source(out, src, opt);
 }

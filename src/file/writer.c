@@ -2,7 +2,7 @@
  * prologue and index are written last, once every offset is known, so the
  * output is byte-identical to tensorizer's for the same tensors. */
 #include "names.h"
-#include "source_path.h"
+#include "scheme.h"
 #include "writer_internal.h"
 #include "codec.h"
 
@@ -129,7 +129,9 @@ int tzr_writer_open(tzr_writer **out, const char *path, const tzr_writer_options
     int direct = opt && opt->struct_size > offsetof(tzr_writer_options, direct) ? opt->direct : d.direct;
     int keep = opt && opt->struct_size > offsetof(tzr_writer_options, no_replace) ? opt->no_replace : d.no_replace;
     unsigned flags = (direct ? TZR_OUTPUT_DIRECT : 0) | (keep ? TZR_OUTPUT_NOREPLACE : 0);
-    int rc = flags && !tzr_is_url(path) ? tzr_output_open_file_flags(&o, path, flags) : tzr_output_open_path(&o, path);
+    const struct tzr_http_options *http =
+        opt && opt->struct_size > offsetof(tzr_writer_options, http) ? opt->http : NULL;
+    int rc = tzr_output_open_path(&o, path, flags, http);
     if (rc) return rc;
     return tzr_writer_open_output(out, o, opt);
 }

@@ -61,12 +61,10 @@ int tzr_http_common_new(tzr_http_common **out, const tzr_http_options *opt) {
     if (d.total_timeout_s <= 0) d.total_timeout_s = 300;
     if (d.max_retries == 0) d.max_retries = 8;
     if (d.max_retries < 0) d.max_retries = 0;
-    /* Stall and connect limits: given, else $TZR_HTTP_TIMEOUT (the tools'
-     * --timeout), else 60 s (the AWS CLI's) cut to a quarter of the
-     * budget so that a few retries fit in it. */
-    const char *env = getenv("TZR_HTTP_TIMEOUT");
-    double envt = env && *env ? strtod(env, NULL) : 0;
-    double dflt = envt > 0 ? envt : (d.total_timeout_s / 4 < 60 ? d.total_timeout_s / 4 : 60);
+    /* Stall and connect limits: given (per call; the tools' --timeout
+     * comes this way too), else 60 s (the AWS CLI's) cut to a quarter of
+     * the budget so that a few retries fit in it. */
+    double dflt = d.total_timeout_s / 4 < 60 ? d.total_timeout_s / 4 : 60;
     if (!(d.stall_timeout_s > 0)) d.stall_timeout_s = dflt;
     if (!(d.connect_timeout_s > 0)) d.connect_timeout_s = dflt;
     if (d.stall_timeout_s < 1) d.stall_timeout_s = 1; /* curl counts whole seconds */

@@ -189,6 +189,12 @@ TZR_HIDDEN void tzr_http_call_reset(tzr_http_call *call); /* frees resp */
  * TZR_ECHANGED, else TZR_EHTTP, with S3's Code/Message when present. */
 TZR_HIDDEN int tzr_http_status_error(const tzr_http_call *call, const tzr_s3_config *cfg);
 
+/* The s3:// URLs of the objects directly under prefix_url (which ends in
+ * '/') whose names end in suffix, in the listing's (byte) order: the s3
+ * row's listing in the scheme table. opt may be NULL. The caller frees
+ * each URL and the array. */
+TZR_HIDDEN int tzr_s3_list(const char *prefix_url, const char *suffix, const tzr_http_options *opt, char ***urls,
+                           size_t *n);
 /* One ListObjectsV2 answer (body NUL-ended at len): appends
  * "s3://bucket/KEY" for each key that starts with the prefix_len bytes of
  * prefix and ends in suffix, with no '/' after the prefix, to *urls (*n of

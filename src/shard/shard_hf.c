@@ -7,9 +7,8 @@
  * elsewhere (or not at all), or one the index lists that its file lacks,
  * is an error naming both. */
 #include "shard_internal.h"
-#include "source_path.h"
+#include "scheme.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -23,38 +22,12 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 typedef struct hf_pair { const char *name, *file; int seen; } hf_pair;
 static int cmp_pair(const void *a, const void *b) { return strcmp(((const hf_pair *)a)->name, ((const hf_pair *)b)->name); }
 
-static int dir_files(const char *dir, char ***out, size_t *n) {
-    *out = NULL, *n = 0;
-    DIR *d = opendir(dir);
-    if (!d) return tzr_fail(TZR_EIO, "%s: cannot open directory", dir);
-    size_t cap = 0;
-    int rc = 0;
-    for (struct dirent *e; (e = readdir(d)) && !rc;) {
-        size_t l = strlen(e->d_name);
-        if (l < 13 || strcmp(e->d_name + l - 12, ".safetensors") || e->d_name[0] == '.') continue;
-        if (*n == cap) {
-            char **g = realloc(*out, (cap = cap ? 2 * cap : 16) * sizeof *g);
-            if (!g) {
-                rc = tzr_fail(TZR_ENOMEM, "out of memory");
-                break;
-            }
-            *out = g;
-        }
-        size_t pl = strlen(dir) + l + 2;
-        if (!((*out)[*n] = malloc(pl))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
-        else snprintf((*out)[(*n)++], pl, "%s/%s", dir, e->d_name);
-    }
-    closedir(d);
-    if (!rc && *n == 0) rc = tzr_fail(TZR_ENOTFOUND, "%s: no %s and no .safetensors files in this directory", dir, HF_INDEX);
-    if (!rc) qsort(*out, *n, sizeof **out, cmp_str);
-    return rc;
-}
-
 /* File k of the set: open it and enter every tensor it holds. */
 static int add_file(tzr_shard_set *s, int k, const char *path, hf_pair *pairs, size_t npairs, const char *fname) {
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.verify = s->verify;
     ro.crypt = s->crypt;
+    ro.http = s->http;
     int rc = tzr_reader_open(&s->readers[k], path, &ro);
     if (rc) return rc;
     tzr_reader *r = s->readers[k];
@@ -98,20 +71,22 @@ int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *list, s
         snprintf(index, sizeof index, "%s/%s", path, HF_INDEX);
         if (stat(index, &st) != 0) {
             index[0] = 0;
-            if ((rc = dir_files(path, &owned, &nfiles))) goto out;
+            if (!(rc = tzr_path_list(path, ".safetensors", s->http, &owned, &nfiles)) && !nfiles)
+                rc = tzr_fail(TZR_ENOTFOUND, "%s: no %s and no .safetensors files in this directory", path, HF_INDEX);
+            if (rc) goto out;
         }
     } else if (!list && shard_url_dir(path)) {
         /* A prefix: its index, else (S3) the listing's .safetensors, else
          * (HTTP, which cannot be listed) a single model.safetensors. */
         size_t end = strcspn(path, "?#");
         snprintf(index, sizeof index, "%.*s%s", (int)end, path, HF_INDEX);
-        rc = shard_hf_index_read(index, &m);
+        rc = shard_hf_index_read(index, s->http, &m);
         if (rc == TZR_ENOTFOUND) {
             index[0] = 0;
-            if (strncasecmp(path, "s3://", 5) == 0) {
+            if (tzr_scheme_of(path)->list) {
                 char prefix[8300];
                 snprintf(prefix, sizeof prefix, "%.*s", (int)end, path); /* less any ?query */
-                rc = tzr_s3_list(prefix, ".safetensors", NULL, &owned, &nfiles);
+                rc = tzr_path_list(prefix, ".safetensors", s->http, &owned, &nfiles);
                 if (!rc && !nfiles)
                     rc = tzr_fail(TZR_ENOTFOUND, "%s: no %s and no .safetensors objects under this prefix", path,
                                   HF_INDEX);
@@ -128,7 +103,7 @@ int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *list, s
         snprintf(index, sizeof index, "%s", path);
     }
     if (index[0]) { /* the files the index names, sorted, once each */
-        if (!index_read && (rc = shard_hf_index_read(index, &m))) goto out;
+        if (!index_read && (rc = shard_hf_index_read(index, s->http, &m))) goto out;
         if (!(pairs = calloc(m.n ? m.n : 1, sizeof *pairs)) || !(names = calloc(m.n ? m.n : 1, sizeof *names))) {
             rc = tzr_fail(TZR_ENOMEM, "out of memory");
             goto out;

@@ -53,7 +53,8 @@ TZR_HIDDEN int shard_json_write(const shard_table *tb, int sidecar_shard, const 
 /* tzr_shard_manifest_build with the manifest's output flags
  * (TZR_OUTPUT_NOREPLACE: a manifest another writer published is kept). */
 TZR_HIDDEN int shard_manifest_write(const char *prefix, int nshards, unsigned flags);
-TZR_HIDDEN int shard_json_read(const char *path, shard_table *tb, int *sidecar_shard);
+TZR_HIDDEN int shard_json_read(const char *path, const struct tzr_http_options *http, shard_table *tb,
+                               int *sidecar_shard);
 
 /* A Hugging Face model.safetensors.index.json: its weight_map, tensor
  * name -> file name (a plain name beside the index). */
@@ -61,7 +62,7 @@ typedef struct shard_hf_map {
     char **names, **files;
     size_t n;
 } shard_hf_map;
-TZR_HIDDEN int shard_hf_index_read(const char *path, shard_hf_map *m);
+TZR_HIDDEN int shard_hf_index_read(const char *path, const struct tzr_http_options *http, shard_hf_map *m);
 TZR_HIDDEN void shard_hf_map_free(shard_hf_map *m);
 /* 1 if path is a URL naming a prefix ("s3://b/model/", "https://h/m/"):
  * a directory of a Hugging Face checkpoint. */
@@ -108,6 +109,7 @@ struct tzr_shard_set {
     tzr_reader **readers;    /* one per shard */
     int verify;
     tzr_crypt_params crypt;  /* during tzr_shard_open only: the readers copy it */
+    const struct tzr_http_options *http; /* the caller's, during tzr_shard_open only */
     char *path;
 };
 

@@ -1,7 +1,8 @@
 /* The manifest and sidecar JSON (formats/shards.md): writing and parsing a
  * shard table, and merging the per-shard sidecars into the manifest. */
 #include "shard_internal.h"
-#include "source_path.h"
+#include "scheme.h"
+#include "tzr_http.h"
 
 #include <jansson.h>
 #include <ctype.h>
@@ -223,10 +224,10 @@ static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *pat
 
 /* The whole JSON text at path, a local file or an http(s)/s3 URL: a
  * manifest goes wherever a checkpoint file does. */
-static int json_bytes(const char *path, char **out, size_t *len) {
+static int json_bytes(const char *path, const tzr_http_options *http, char **out, size_t *len) {
     *out = NULL;
     tzr_source *src = NULL;
-    int rc = tzr_source_open_path(&src, path, 0);
+    int rc = tzr_source_open_path(&src, path, 0, http);
     if (rc == TZR_ENOTFOUND && !tzr_is_url(path))
         return tzr_fail(TZR_EIO, "cannot open '%s': No such file or directory", path);
     if (rc) return rc;
@@ -248,10 +249,10 @@ static int json_bytes(const char *path, char **out, size_t *len) {
 }
 
 /* The JSON document at path (local or a URL), parsed with flags. */
-static int json_read(const char *path, size_t flags, json_t **root) {
+static int json_read(const char *path, const tzr_http_options *http, size_t flags, json_t **root) {
     char *text;
     size_t tlen = 0;
-    int rc = json_bytes(path, &text, &tlen);
+    int rc = json_bytes(path, http, &text, &tlen);
     if (rc) return rc;
     json_error_t jerr;
     *root = json_loadb(text, tlen, flags, &jerr);
@@ -259,10 +260,10 @@ static int json_read(const char *path, size_t flags, json_t **root) {
     return *root ? 0 : tzr_fail(TZR_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
 }
 
-int shard_json_read(const char *path, shard_table *tb, int *sidecar_shard) {
+int shard_json_read(const char *path, const tzr_http_options *http, shard_table *tb, int *sidecar_shard) {
     memset(tb, 0, sizeof *tb);
     json_t *root;
-    int rc = json_read(path, JSON_ALLOW_NUL, &root);
+    int rc = json_read(path, http, JSON_ALLOW_NUL, &root);
     if (rc) return rc;
     const char *fmt = json_string_value(json_object_get(root, "format"));
     json_t *jv = json_object_get(root, "version"), *jn = json_object_get(root, "shard_count");
@@ -391,7 +392,7 @@ int shard_manifest_write(const char *prefix, int nshards, unsigned flags) {
         shard_table p;
         int which;
         if ((rc = tzr_shard_file_name(side, sizeof side, prefix, k, nshards, TZR_SHARD_PART_SUFFIX))) break;
-        if ((rc = shard_json_read(side, &p, &which))) {
+        if ((rc = shard_json_read(side, NULL, &p, &which))) {
             tzr_fail_prefix(rc, "shard %d of %d: ", k, nshards);
             break;
         }
@@ -426,10 +427,10 @@ int shard_manifest_write(const char *prefix, int nshards, unsigned flags) {
     return rc;
 }
 
-int shard_hf_index_read(const char *path, shard_hf_map *m) {
+int shard_hf_index_read(const char *path, const tzr_http_options *http, shard_hf_map *m) {
     memset(m, 0, sizeof *m);
     json_t *root;
-    int rc = json_read(path, JSON_REJECT_DUPLICATES, &root);
+    int rc = json_read(path, http, JSON_REJECT_DUPLICATES, &root);
     if (rc) return rc;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm)) {

@@ -4,7 +4,7 @@
  * file opens as a one-shard set holding everything replicated. */
 #include "http_internal.h"
 #include "shard_internal.h"
-#include "source_path.h"
+#include "scheme.h"
 
 #include <stdio.h>
 #include <stddef.h>
@@ -22,6 +22,7 @@ static int open_plain(tzr_shard_set *s, const char *path) {
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.verify = s->verify;
     ro.crypt = s->crypt;
+    ro.http = s->http;
     s->tb.nshards = 1;
     s->tb.files = calloc(1, sizeof *s->tb.files);
     s->tb.sizes = calloc(1, sizeof *s->tb.sizes);
@@ -50,7 +51,7 @@ int shard_location(const char *manifest, const char *name, char *buf, size_t cap
     size_t dir = end;
     while (dir > 0 && manifest[dir - 1] != '/') dir--;
     char *enc = NULL;
-    if (url && strncasecmp(manifest, "s3://", 5) != 0 && !(enc = tzr_uri_encode(name, strlen(name), 0)))
+    if (url && tzr_path_kind(manifest) != TZR_PATH_S3 && !(enc = tzr_uri_encode(name, strlen(name), 0)))
         return tzr_fail(TZR_ENOMEM, "out of memory");
     int n = snprintf(buf, cap, "%.*s%s", (int)dir, manifest, enc ? enc : name);
     free(enc);
@@ -66,7 +67,7 @@ static int check_shard(tzr_shard_set *s, int k) {
     if (rc) return rc;
     /* Through the source layer: a shard next to a manifest URL is a URL. */
     tzr_source *src = NULL;
-    rc = tzr_source_open_path(&src, path, 0);
+    rc = tzr_source_open_path(&src, path, 0, s->http);
     if (rc == TZR_ENOTFOUND)
         return tzr_fail(tzr_is_url(path) ? TZR_ENOTFOUND : TZR_EIO, "%s: %s: shard file '%s' is missing",
                         s->path, what, path);
@@ -132,6 +133,7 @@ static int open_set(tzr_shard_set **out, const char *path, const char *const *li
     }
     s->verify = opt ? opt->verify : 1;
     s->crypt = opt->crypt;
+    s->http = opt->http;
     int rc;
     size_t at, end;
     if (!list && shard_rank_field(path, &at, &end)) {
@@ -142,7 +144,7 @@ static int open_set(tzr_shard_set **out, const char *path, const char *const *li
         rc = open_plain(s, path);
     } else {
         int side;
-        rc = shard_json_read(path, &s->tb, &side);
+        rc = shard_json_read(path, s->http, &s->tb, &side);
         if (!rc && side >= 0)
             rc = tzr_fail(TZR_EINVAL, "%s is a per-shard sidecar; build the manifest first", path);
         if (!rc) rc = shard_table_validate(&s->tb, path);
@@ -151,6 +153,7 @@ static int open_set(tzr_shard_set **out, const char *path, const char *const *li
         for (int k = 0; k < s->tb.nshards && !rc; k++) rc = check_shard(s, k);
     }
     memset(&s->crypt, 0, sizeof s->crypt); /* the caller's key: only borrowed while opening */
+    s->http = NULL;                        /* and its network settings */
     if (rc) {
         if (rc == TZR_ENOMEM && !*tzr_last_error()) tzr_fail(rc, "out of memory");
         tzr_shard_close(s);

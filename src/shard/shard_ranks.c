@@ -5,7 +5,7 @@
  * of the local ones along that dim, and the set then loads like any
  * manifest (any rank count, any sink). */
 #include "shard_internal.h"
-#include "source_path.h"
+#include "scheme.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -64,7 +64,7 @@ static int open_rank(tzr_shard_set *s, const char *path, int k, tzr_reader **r, 
         return 0;
     }
     tzr_source *src = NULL;
-    int rc = tzr_source_open_path(&src, path, 0);
+    int rc = tzr_source_open_path(&src, path, 0, s->http);
     if (rc && tzr_is_url(path) && (rc == TZR_ENOTFOUND || (k > 0 && strstr(tzr_last_error(), "HTTP 403")))) {
         *denied = rc != TZR_ENOTFOUND;
         *missing = 1;
@@ -74,17 +74,18 @@ static int open_rank(tzr_shard_set *s, const char *path, int k, tzr_reader **r, 
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.verify = s->verify;
     ro.crypt = s->crypt;
+    ro.http = s->http;
     return tzr_reader_open_source(r, src, &ro);
 }
 
 /* Whether rank k's file exists: 1, 0 (missing, 404 or 403), or an error. */
-static int rank_exists(const char *pattern, int k, char *path, size_t cap) {
+static int rank_exists(const tzr_shard_set *s, const char *pattern, int k, char *path, size_t cap) {
     int rc = tzr_shard_rank_path(path, cap, pattern, k);
     if (rc) return rc;
     struct stat st;
     if (!tzr_is_url(path)) return stat(path, &st) == 0;
     tzr_source *src = NULL;
-    rc = tzr_source_open_path(&src, path, 0);
+    rc = tzr_source_open_path(&src, path, 0, s->http);
     if (!rc) {
         tzr_source_free(src);
         return 1;
@@ -128,11 +129,11 @@ static int rank_in_dir(const char *pattern, int k) {
  * next few ranks are probed wherever the set is; a local directory is
  * also scanned for the pattern. */
 #define RANK_PROBES 3
-static int check_end(const char *pattern, int k, const char *path, int denied) {
+static int check_end(const tzr_shard_set *s, const char *pattern, int k, const char *path, int denied) {
     char probe[8300];
     int found = -1;
     for (int j = k + 1; j <= k + RANK_PROBES && j < TZR_SHARD_MAX && found < 0; j++) {
-        int rc = rank_exists(pattern, j, probe, sizeof probe);
+        int rc = rank_exists(s, pattern, j, probe, sizeof probe);
         if (rc < 0) return rc;
         if (rc) found = j;
     }
@@ -218,7 +219,7 @@ int shard_open_ranks(tzr_shard_set *s, const char *pattern, const char *rules_te
         }
         if ((rc = open_rank(s, path, n, &s->readers[n], &missing, &denied))) break;
         if (missing) {
-            if (n > 0) rc = check_end(pattern, n, path, denied);
+            if (n > 0) rc = check_end(s, pattern, n, path, denied);
             break;
         }
         n++;

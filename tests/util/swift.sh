@@ -8,7 +8,8 @@
 #   swift.sh stop DIR    stops the servers started for DIR (by pid) and
 #                        removes DIR.
 # User test:tester / testing (.admin), tempauth; S3 key = "test:tester",
-# secret = "testing". Nothing but 127.0.0.1 is used.
+# secret = "testing". A second account for per-call settings tests:
+# test2:tester2 / testing2. Nothing but 127.0.0.1 is used.
 set -u
 cmd=${1:-}
 dir=${2:-}
@@ -98,6 +99,7 @@ allowable_clock_skew = 900
 use = egg:swift#tempauth
 user_admin_admin = admin .admin .reseller_admin
 user_test_tester = testing .admin
+user_test2_tester2 = testing2 .admin
 [filter:copy]
 use = egg:swift#copy
 [filter:slo]

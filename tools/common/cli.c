@@ -70,12 +70,26 @@ static unsigned char *slurp(const char *path, size_t *len, size_t cap) {
     return buf;
 }
 
+static tzr_http_options http_opts = TZR_HTTP_OPTIONS_INIT;
+static int timeout_given;
+
+const tzr_http_options *cli_http(void) {
+    if (!timeout_given) { /* the environment's default, read here, by the tool */
+        const char *env = getenv("TZR_HTTP_TIMEOUT");
+        double v = env && *env ? strtod(env, NULL) : 0;
+        if (v > 0) http_opts.stall_timeout_s = http_opts.connect_timeout_s = v;
+        timeout_given = 1;
+    }
+    return &http_opts;
+}
+
 int cli_set_ca_bundle(const char *path) {
     if (access(path, R_OK) != 0) {
         cli_error("--ca-bundle: %s: %s", path, strerror(errno));
         return -1;
     }
-    return setenv("AWS_CA_BUNDLE", path, 1) == 0 ? 0 : -1;
+    http_opts.ca_bundle = path; /* argv: lives as long as the tool */
+    return 0;
 }
 
 int cli_set_timeout(const char *seconds) {
@@ -86,7 +100,9 @@ int cli_set_timeout(const char *seconds) {
         cli_error("--timeout: '%s' is not a number of seconds (0 < N <= 86400)", seconds);
         return -1;
     }
-    return setenv("TZR_HTTP_TIMEOUT", seconds, 1) == 0 ? 0 : -1;
+    http_opts.stall_timeout_s = http_opts.connect_timeout_s = v;
+    timeout_given = 1;
+    return 0;
 }
 
 int cli_load_key_file(cli_crypt *c, const char *path) {
@@ -175,10 +191,9 @@ void cli_progress_end(cli_progress *p) {
     if (p->enabled) fprintf(stderr, "\r\033[K");
 }
 
-int cli_is_url(const char *path) {
-    return strncasecmp(path, "s3://", 5) == 0 || strncasecmp(path, "http://", 7) == 0 ||
-           strncasecmp(path, "https://", 8) == 0;
-}
+int cli_is_url(const char *path) { return tzr_path_kind(path) > TZR_PATH_FILE; }
+
+int cli_is_s3(const char *path) { return tzr_path_kind(path) == TZR_PATH_S3; }
 
 int cli_is_directory(const char *path) {
     struct stat st;

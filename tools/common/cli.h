@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "tzr.h"
+#include "tzr_http.h"
 
 /* Exit codes shared by the tools. */
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
@@ -38,15 +39,21 @@ int cli_load_password_file(cli_crypt *c, const char *path);
 void cli_crypt_apply(const cli_crypt *c, tzr_crypt_params *p);
 void cli_crypt_clear(cli_crypt *c);
 
+/* The network settings of every URL the tool opens (inputs, shard files,
+ * listings, outputs): passed to the library per call, never through the
+ * environment. The flags below fill them; $TZR_HTTP_TIMEOUT (seconds) is
+ * the tools' default --timeout. */
+const tzr_http_options *cli_http(void);
+
 /* --ca-bundle PEM: trust the CAs in PEM for https:// and s3:// (every URL
- * the library opens, shard files included; it sets AWS_CA_BUNDLE, which the
- * HTTP layer reads). Returns 0 or prints and returns -1. */
+ * the library opens, shard files included). Returns 0 or prints and
+ * returns -1. */
 int cli_set_ca_bundle(const char *path);
 
 /* --timeout SECONDS: how long a server may stay silent (no answer, or a
- * stalled body) and a connect may take, for every URL the library opens
- * (it sets TZR_HTTP_TIMEOUT, which the HTTP layer reads). Returns 0 or
- * prints and returns -1 for a value that is not a positive number. */
+ * stalled body) and a connect may take, for every URL the library opens.
+ * Returns 0 or prints and returns -1 for a value that is not a positive
+ * number. */
 int cli_set_timeout(const char *seconds);
 
 /* Progress on stderr, only when it is a terminal: bytes done, GB/s, ETA. */
@@ -89,8 +96,10 @@ int cli_bytes(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t
 int cli_int_list(const char *opt, const char *s, int lo, int hi, long *out, int cap);
 
 /* Shell-style glob match (fnmatch) used by --filter. */
-/* 1 for s3://, http:// and https:// paths. */
+/* 1 for s3://, http:// and https:// paths (tzr_path_kind). */
 int cli_is_url(const char *path);
+/* 1 for s3:// paths, the URLs the library can write. */
+int cli_is_s3(const char *path);
 /* 1 for a local directory or a URL naming a prefix (ending in '/'). */
 int cli_is_directory(const char *path);
 /* 1 if path (a URL: less its query) ends in suffix. */

@@ -33,8 +33,8 @@ int cli_output_check(const char *path, int force) {
     struct stat st;
     /* Only the schemes the library opens are URLs: "x://keep.tensors" is
      * a local path (directory "x:") and is checked as one. */
-    if (strncasecmp(path, "s3://", 5) == 0) {
-        int rc = tzr_s3_exists(path, NULL);
+    if (cli_is_s3(path)) {
+        int rc = tzr_s3_exists(path, cli_http());
         if (rc < 0) {
             cli_error("%s: cannot tell whether it exists: %s", path, tzr_last_error());
             return -1;
