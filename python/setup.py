@@ -23,4 +23,16 @@ class BuildWithLibrary(build_py):
                   "system loader's path (make install)" % lib)
 
 
-setup(cmdclass={"build_py": BuildWithLibrary})
+def version():
+    """MAJOR.MINOR.PATCH from include/tzr.h, the version's one source."""
+    parts = {}
+    with open(os.path.join(HERE, "..", "include", "tzr.h")) as f:
+        for line in f:
+            words = line.split()
+            if len(words) == 3 and words[0] == "#define" and words[1].startswith("TZR_VERSION_") \
+                    and words[1][12:] in ("MAJOR", "MINOR", "PATCH"):
+                parts[words[1][12:]] = words[2]
+    return "%s.%s.%s" % (parts["MAJOR"], parts["MINOR"], parts["PATCH"])
+
+
+setup(version=version(), cmdclass={"build_py": BuildWithLibrary})

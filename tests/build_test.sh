@@ -31,6 +31,6 @@ major=$(sed -n 's/^#define TZR_VERSION_MAJOR \([0-9]*\).*/\1/p' include/tzr.h)
 minor=$(sed -n 's/^#define TZR_VERSION_MINOR \([0-9]*\).*/\1/p' include/tzr.h)
 patch=$(sed -n 's/^#define TZR_VERSION_PATCH \([0-9]*\).*/\1/p' include/tzr.h)
 check build_pc_version_from_header grep -qx "Version: $major.$minor.$patch" "$BUILD/libtzr.pc"
-check build_version_written_once sh -c "! grep -rn --include=Makefile --include='*.py' --include='*.sh' -F '$major.$minor.$patch' Makefile python scripts | grep ."
+check build_version_written_once sh -c "! grep -rn --include=Makefile --include='*.py' --include='*.sh' --include='*.toml' --include='*.c' -F '$major.$minor.$patch' Makefile python scripts src tools | grep ."
 check build_soname_from_major test -f "$BUILD/libtzr.so.$major"
 exit 0

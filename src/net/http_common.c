@@ -20,6 +20,13 @@ struct tzr_http_common {
     int npool, cap;
 };
 
+/* "libtzr/MAJOR.MINOR.PATCH": the version from tzr.h, its one source. */
+static const char *user_agent(void) {
+    static char ua[32];
+    if (!ua[0]) snprintf(ua, sizeof ua, "libtzr/%s", tzr_version_string());
+    return ua;
+}
+
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc;
 static void global_init(void) { global_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
@@ -145,7 +152,7 @@ void tzr_http_easy_common(tzr_http_common *c, void *easy, double remaining_s) {
     const tzr_http_options *o = &c->opt;
     curl_easy_setopt(e, CURLOPT_SHARE, c->share);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_USERAGENT, "libtzr/" "0.1.0");
+    curl_easy_setopt(e, CURLOPT_USERAGENT, user_agent());
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     /* S3 keys are opaque ("d/../x" is a key of its own): send the path as
