@@ -24,6 +24,28 @@ check vllm_rank_set_lists sh -c "grep -q '2 shards' '$T/l.out' && grep -q 'o_pro
 $DT --verify "$T/model-rank-%03d.tensors" > /dev/null 2>&1
 check vllm_rank_set_verifies test $? = 0
 
+# A large tensor no vLLM rule names (an MoE expert block) is replicated, so
+# the set read back from its pattern alone holds it whole, not rank 0's half.
+mkdir "$T/moe"
+python3 - "$T/moe/in.safetensors" <<'PY'
+import json, random, struct, sys
+rnd = random.Random(7)
+tensors = [("model.layers.0.mlp.experts.w13_weight", [512, 1024]), ("model.norm.weight", [64])]
+header, blobs, off = {}, [], 0
+for name, shape in tensors:
+    n = 4 * shape[0] * (shape[1] if len(shape) > 1 else 1)
+    blobs.append(bytes(rnd.getrandbits(8) for _ in range(n)))
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + n]}
+    off += n
+h = json.dumps(header).encode()
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+PY
+$TZ -q "$T/moe/in.safetensors" --shards 2 --names vllm -o "$T/moe/r-%03d.tensors"
+rm -f "$T/moe/r.tzr-index.json"
+$DT "$T/moe/r-%03d.tensors" -q -o "$T/moe/back.safetensors"
+check vllm_unnamed_large_tensor_replicated same "$T/moe/back.safetensors" "$T/moe/in.safetensors"
+
 # Rank files that disagree: one clear error naming the tensor and the file.
 mkdir "$T/bad" "$T/bad2"
 $TZ -q "$T/m.safetensors" -o "$T/bad/r-000.tensors"

@@ -372,7 +372,11 @@ int main(int argc, char **argv) {
         cli_lib_error(prc); /* no rank field, a field too wide, a path too long */
         return EXIT_USAGE;
     }
-    if (vllm_names && !rules) rules = TZR_SHARD_RULES_VLLM; /* how vLLM cuts tensor-parallel layers */
+    /* How vLLM cuts tensor-parallel layers; everything else replicated, as
+     * a set opened from its pattern alone reads what no rule names (the
+     * splitter's own default would cut large tensors that the opener then
+     * takes for whole ones). */
+    if (vllm_names && !rules) rules = TZR_SHARD_RULES_VLLM ",*=replicate";
     set_prefix(output, vllm_names, prefix, sizeof prefix);
     snprintf(manifest, sizeof manifest, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
     if (shards ? refuse_existing_shards(prefix, pattern, shards, force) : cli_output_check(output, force))
