@@ -144,11 +144,11 @@ def _resolve_device(device):
     return device, None
 
 
-def _empty(entry, device):
-    shape = tuple(int(d) for d in entry.shape)
+def _empty(shape, dtype_bytes, device):
+    shape = tuple(int(d) for d in shape)
     if torch is None:
-        return np.empty(shape, dtype=_dtypes.to_numpy(entry.dtype_bytes))
-    return torch.empty(shape, dtype=_torch_dtype(entry.dtype_bytes), device=device)
+        return np.empty(shape, dtype=_dtypes.to_numpy(dtype_bytes))
+    return torch.empty(shape, dtype=_torch_dtype(dtype_bytes), device=device)
 
 
 _TORCH_DTYPES = {}
@@ -173,22 +173,27 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.madvise.argtypes = [c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
-def _host_tensors(entries):
-    """A host tensor of its own for each entry (each its own storage, as
-    tensorizer returns them: one tensor kept alive keeps only its bytes).
-    The whole 2 MiB pages inside large ones are advised MADV_HUGEPAGE first:
-    the load then takes one page fault per 2 MiB, not per 4 KiB."""
-    out = {}
+def _host_tensors(todo, cols):
+    """A host tensor of its own for each index in todo (each its own
+    storage, as tensorizer returns them: one tensor kept alive keeps only
+    its bytes), from the index columns. The whole 2 MiB pages inside large
+    ones are advised MADV_HUGEPAGE first: the load then takes one page
+    fault per 2 MiB, not per 4 KiB."""
+    shapes, dts, nbytes = cols.shapes, cols.dtype_bytes, cols.nbytes
     if torch is None:
-        make = lambda e: _empty(e, "cpu")  # noqa: E731
+        out = [_empty(shapes[i], dts[i], "cpu") for i in todo]
     else:
-        empty, dtype = torch.empty, _torch_dtype
-        make = lambda e: empty(e.shape, dtype=dtype(e.dtype_bytes))  # noqa: E731 (shapes are int tuples)
-    for e in entries:
-        t = out[e.index] = make(e)
-        n = e.nbytes
+        empty = torch.empty
+        kinds = set(dts) if len(todo) == len(dts) else {dts[i] for i in todo}
+        if len(kinds) == 1:  # one dtype (the usual checkpoint): no lookup per tensor
+            dt = _torch_dtype(kinds.pop())
+            out = [empty(shapes[i], dtype=dt) for i in todo]
+        else:
+            out = [empty(shapes[i], dtype=_torch_dtype(dts[i])) for i in todo]
+    for k, i in enumerate(todo):
+        n = nbytes[i]
         if n >= 2 * _HUGE:
-            p = _ptr(t)
+            p = _ptr(out[k])
             lo = (p + _HUGE - 1) // _HUGE * _HUGE
             _libc.madvise(c_void_p(lo), (p + n - lo) // _HUGE * _HUGE, _MADV_HUGEPAGE)
     return out
@@ -276,34 +281,43 @@ class TensorDeserializer(abc.Mapping):
         except BaseException:
             self._close_file()
             raise
-        self._entries = (list(self._reader.entries) if filter_func is None else
-                         [e for e in self._reader.entries if filter_func(e.name)])
-        if not self._reader.entries:
+        # The tables below come from the index columns (cols), one step
+        # each: no Entry object per tensor (see _core.Entries).
+        cols = self._cols = self._reader.entries
+        names = cols.names
+        if not names:
             self._reader.close()
             self._close_file()
             raise ValueError("Tensor index in the file is empty")
-        self._by_name = {e.name: e for e in self._entries}
+        # The selected tensors' indices, in file order.
+        self._sel = (range(len(names)) if filter_func is None else
+                     [i for i, nm in enumerate(names) if filter_func(nm)])
+        self._ents = None
+        sel_names = names if filter_func is None else [names[i] for i in self._sel]
+        self._by_name = dict(zip(sel_names, self._sel))  # name -> index
         self._loaded = {}
-        self._root = {}
-        if not any(e.structured for e in self._entries):  # plain names: one level, no conflicts
-            self._root = {e.name: e.index for e in self._entries}
-        for e in self._entries if not self._root else ():
-            path = e.name if isinstance(e.name, tuple) else (e.name,)
-            node = self._root
-            for c in path[:-1]:
-                node = node.setdefault(c, {})
-                if not isinstance(node, dict):
-                    raise _lib.FormatError(_lib.TZR_EFORMAT, "tensor path %r conflicts with another" % (path,))
-            node[path[-1]] = e.index
-        self.total_tensor_bytes = sum(e.nbytes for e in self._entries)
-        self.total_file_bytes = sum(int(e.nbytes) for e in self._reader.entries)
-        self._index = {e.index: e for e in self._entries}
+        st = cols.structured
+        if not any(st if filter_func is None else (st[i] for i in self._sel)):
+            self._root = self._by_name  # plain names: one level, no conflicts
+        else:
+            self._root = {}
+            for name, i in self._by_name.items():
+                path = name if isinstance(name, tuple) else (name,)
+                node = self._root
+                for c in path[:-1]:
+                    node = node.setdefault(c, {})
+                    if not isinstance(node, dict):
+                        raise _lib.FormatError(_lib.TZR_EFORMAT, "tensor path %r conflicts with another" % (path,))
+                node[path[-1]] = i
+        nb = cols.nbytes
+        self.total_file_bytes = sum(nb)
+        self.total_tensor_bytes = self.total_file_bytes if filter_func is None else sum(nb[i] for i in self._sel)
         if not lazy_load:
             # The reader stays open (a descriptor and the index) until
             # close(): read_tensors() may still need module indices from
             # headers. The caller's file object is done with, as in tensorizer.
             try:
-                self._load_missing(self._entries)
+                self._load_missing(self._sel)
             except BaseException:
                 self._reader.close()
                 self._close_file()
@@ -311,7 +325,18 @@ class TensorDeserializer(abc.Mapping):
             self._close_file()
             # As tensorizer counts it after an eager load: bytes stored in
             # the file (a meta tensor has none).
-            self.total_tensor_bytes = sum(e.nbytes for e in self._entries if not e.meta)
+            meta = cols.meta
+            if any(meta):
+                self.total_tensor_bytes -= sum(nb[i] for i in self._sel if meta[i])
+
+    @property
+    def _entries(self):
+        """The selected tensors' Entry objects, made on first use (the
+        methods that walk them are not a load's hot path)."""
+        if self._ents is None:
+            cols = self._cols
+            self._ents = [cols[i] for i in self._sel]
+        return self._ents
 
     def _close_file(self):
         f, self._file = getattr(self, "_file", None), None
@@ -332,26 +357,37 @@ class TensorDeserializer(abc.Mapping):
                                  (_FileFeatureFlags.compressed if lib.tzr_reader_compressed(h) else 0))
 
     # -- loading
-    def _load_missing(self, entries):
-        todo = [e for e in entries if e.index not in self._loaded]
+    def _load_missing(self, indices):
+        """Load the tensors of these indices that are not loaded yet, in
+        one library load."""
+        loaded = self._loaded
+        todo = [i for i in indices if i not in loaded] if loaded else list(indices)
         if not todo:
             return
+        cols = self._cols
         if self._cuda is None:
-            fresh = _host_tensors(todo)
+            tensors = _host_tensors(todo, cols)
         else:
-            fresh = {e.index: _empty(e, self._device) for e in todo}
-        tensors = list(fresh.values())
+            shapes, dts = cols.shapes, cols.dtype_bytes
+            tensors = [_empty(shapes[i], dts[i], self._device) for i in todo]
         ptr = _ptr if torch is None else torch.Tensor.data_ptr
-        self._reader.load_lists(list(fresh), [ptr(t) for t in tensors], [e.nbytes for e in todo], self._cuda,
-                                self._verify, self._progress)
+        nb = cols.nbytes
+        self._reader.load_lists(todo, list(map(ptr, tensors)), nb if len(todo) == len(nb) else [nb[i] for i in todo],
+                                self._cuda, self._verify, self._progress)
         if torch is not None and self._dtype is None and self._device.type == "cpu":
             # No cast and no move: straight to nn.Parameter (what _cast does
             # then, without its per-tensor checks).
             param, grad = torch.nn.Parameter, _GRAD_DTYPES
-            self._loaded.update(zip(fresh, [param(t, requires_grad=t.dtype in grad) for t in tensors]))
+            dts = cols.dtype_bytes
+            kinds = {_torch_dtype(d) for d in (set(dts) if len(todo) == len(dts) else {dts[i] for i in todo})}
+            if len(kinds) == 1:  # one dtype: requires_grad is the same for all
+                g = kinds.pop() in grad
+                loaded.update(zip(todo, [param(t, requires_grad=g) for t in tensors]))
+            else:
+                loaded.update(zip(todo, [param(t, requires_grad=t.dtype in grad) for t in tensors]))
             return
-        for i, t in fresh.items():
-            self._loaded[i] = self._cast(t)
+        for i, t in zip(todo, tensors):
+            loaded[i] = self._cast(t)
 
     def _cast(self, t):
         """The dtype cast asked for, then tensorizer's nn.Parameter."""
@@ -365,7 +401,7 @@ class TensorDeserializer(abc.Mapping):
 
     def _get(self, index):
         if index not in self._loaded:
-            self._load_missing([self._index[index]])
+            self._load_missing([index])
         return self._loaded[index]
 
     def _tree(self, children):
@@ -380,7 +416,7 @@ class TensorDeserializer(abc.Mapping):
             v = self._root[key]
             return self._get(v) if isinstance(v, int) else _Node(self, v)
         if isinstance(key, tuple) and key in self._by_name:
-            return self._get(self._by_name[key].index)
+            return self._get(self._by_name[key])
         raise KeyError(key)
 
     def __contains__(self, key):
@@ -394,17 +430,17 @@ class TensorDeserializer(abc.Mapping):
         return len(self._root)
 
     def items(self):
-        self._load_missing(self._entries)  # one load for what is left
+        self._load_missing(self._sel)  # one load for what is left
         return super().items()
 
     def values(self):
-        self._load_missing(self._entries)
+        self._load_missing(self._sel)
         return super().values()
 
     def tree(self, prefix=None, *, default=None, filter_func=None):
         """Nested dicts and lists rebuilt from structured names."""
         ents = [e for e in self._entries if filter_func is None or filter_func(e.name)]
-        self._load_missing(ents)
+        self._load_missing([e.index for e in ents])
         node = self._root
         for c in (prefix or ()):
             if not isinstance(node, dict) or c not in node:
@@ -434,13 +470,13 @@ class TensorDeserializer(abc.Mapping):
         ents = [e for e in self._entries if filter_func is None or filter_func(e.name)]
         if num_tensors >= 0:
             ents = ents[:num_tensors]
-        self._load_missing(ents)
+        self._load_missing([e.index for e in ents])
         for e in ents:
             yield self._module_idx(e), e.type, e.name, self._loaded[e.index]
 
     def _module_idx(self, e):
         if e.module_idx < 0:
-            e.module_idx = self._reader.module_idx(e.index)
+            e.module_idx = self._reader.module_idx(e.index)  # kept: _entries are made once
         return e.module_idx
 
     def load_into_module(self, m, filter_func=None, verify_hash=None):
@@ -482,7 +518,7 @@ class TensorDeserializer(abc.Mapping):
         verify = self._verify if verify_hash is None else _verify_arg(verify_hash)
         for dev, dests in groups.items():
             self._reader.load(dests, dev, verify, self._progress)
-        rest = [e for e, _, _, _ in plan if e.index not in direct and e.index not in superseded]
+        rest = [e.index for e, _, _, _ in plan if e.index not in direct and e.index not in superseded]
         self._load_missing(rest)
         count = 0
         for e, sub, attr, cur in plan:

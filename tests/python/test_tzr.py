@@ -292,11 +292,11 @@ def corrupt_copy(src, name, tensor_path):
     out = os.path.join(TMP, name)
     shutil.copy(src, out)
     with tzr.TensorDeserializer(src, device="cpu", lazy_load=True) as d:
-        e = d._by_name[tensor_path]
+        index = d._by_name[tensor_path]
     import tzr._lib as L
     h = ctypes.c_void_p()
     L.check(L.lib.tzr_reader_open(ctypes.byref(h), src.encode(), None))
-    off = L.lib.tzr_reader_tensor(h, e.index).contents.data_offset
+    off = L.lib.tzr_reader_tensor(h, index).contents.data_offset
     L.lib.tzr_reader_free(h)
     with open(out, "r+b") as f:
         f.seek(off)
