@@ -151,13 +151,19 @@ def _bulk_entries(h, n):
     blob, name_off = names
     name_len = a["name_len"].tolist()
     structured = (a["structured"] != 0).tolist()
-    # ASCII names (the usual case) decode once: their byte offsets are then
-    # character offsets, and each name is one str slice.
-    text = blob.decode("ascii") if blob.isascii() else None
-    if text is not None:
+    # The blob decodes once as latin-1 (one char per byte, so byte offsets
+    # stay character offsets): an ASCII name (the usual case) is then one
+    # str slice. Names with other bytes decode on their own; the bytes
+    # between names may be anything.
+    text = blob.decode("latin-1")
+    hi = np.concatenate(([0], np.cumsum(np.frombuffer(blob, dtype=np.uint8) >= 0x80)))
+    no = np.asarray(name_off, dtype=np.int64)
+    wide = (hi[no + a["name_len"]] - hi[no]) > 0
+    if not wide.any():
         plain = [text[o:o + ln] for o, ln in zip(name_off, name_len)]
     else:
-        plain = [blob[o:o + ln].decode("utf-8", "surrogateescape") for o, ln in zip(name_off, name_len)]
+        plain = [blob[o:o + ln].decode("utf-8", "surrogateescape") if w else text[o:o + ln]
+                 for o, ln, w in zip(name_off, name_len, wide.tolist())]
     if any(structured):
         plain = [tuple(json.loads(blob[o + 1:o + ln].decode("utf-8"))) if st else nm
                  for nm, st, o, ln in zip(plain, structured, name_off, name_len)]

@@ -569,6 +569,36 @@ def vllm_rank_set_load_rank():
         assert raw(joined) == raw(LLM[n]), n
 
 
+@case
+def names_shapes_dtypes_from_bulk_index():
+    # The index is read in bulk as columns (Reader.entries makes an Entry
+    # when indexed): names with non-ASCII bytes next to ASCII ones, mixed
+    # ranks (one with a zero-size dim) and dtypes must come back as written.
+    sd = {"a.w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "\u00e9t\u00e9.b": torch.tensor([1, 2], dtype=torch.int64),
+          "\u65e5\u672c.x": torch.ones(2, 2, 2, dtype=torch.bfloat16), "plain": torch.zeros(0, 4, dtype=torch.float16),
+          "s": torch.tensor(7, dtype=torch.int32)}
+    path = os.path.join(TMP, "bulk_names.tensors")
+    with tzr.TensorSerializer(path) as w:
+        w.write_state_dict(sd)
+    r = _core.Reader(path)
+    assert len(r.entries) == 5 and [e.name for e in r.entries] == list(sd)
+    assert r.entries[-1].name == "s" and r.entries[1].raw_name == "\u00e9t\u00e9.b".encode()
+    assert [e.shape for e in r.entries] == [(2, 3), (2,), (2, 2, 2), (0, 4), ()]
+    assert [e.index for e in r.entries[1:3]] == [1, 2]
+    r.close()
+    d = tzr.TensorDeserializer(path, device="cpu")
+    assert list(d) == list(sd)
+    for n, t in sd.items():
+        got = d[n]
+        assert type(got) is torch.nn.Parameter and got.dtype == t.dtype and got.shape == t.shape, n
+        assert got.requires_grad == t.is_floating_point() and torch.equal(got.detach(), t), n
+    d.close()
+    d = tzr.TensorDeserializer(path, device="cpu", filter_func=lambda n: not n.isascii())
+    assert list(d) == ["\u00e9t\u00e9.b", "\u65e5\u672c.x"] and d.total_tensor_bytes == 16 + 16
+    assert torch.equal(d["\u65e5\u672c.x"].detach(), sd["\u65e5\u672c.x"])
+    d.close()
+
+
 golden_cases()
 shutil.rmtree(TMP, ignore_errors=True)
 finish()
