@@ -37,8 +37,8 @@ class Entry:
 
 def _gather(starts, lens):
     """The byte ranges [starts[i], +lens[i]) copied out in a few reads:
-    (bytes, offset of each range in them), or None. Ranges that follow one
-    another with gaps under a page are read as one span (every byte
+    (bytes, int64 array of each range's offset in them), or None. Ranges
+    that follow one another with gaps under a page are read as one span (every byte
     between two mapped addresses less than a page apart lies on one of
     their pages, so it is mapped too); a larger gap or a step back starts
     a new span. Empty ranges read nothing (their address may be past the
@@ -47,7 +47,7 @@ def _gather(starts, lens):
     offs = np.zeros(len(starts), dtype=np.int64)
     used = np.flatnonzero(lens > 0)
     if not len(used):
-        return b"", offs.tolist()
+        return b"", offs
     st, ends = starts[used], starts[used] + lens[used]
     gaps = st[1:] - ends[:-1]
     cut = (np.flatnonzero((gaps < 0) | (gaps >= 4096)) + 1).tolist()
@@ -60,7 +60,7 @@ def _gather(starts, lens):
         blobs.append(ctypes.string_at(lo, int(ends[b1 - 1]) - lo))
         offs[used[b0:b1]] = st[b0:b1] - lo + base
         base += len(blobs[-1])
-    return b"".join(blobs), offs.tolist()
+    return b"".join(blobs), offs
 
 
 class Entries(abc.Sequence):
@@ -146,19 +146,18 @@ def _bulk_entries(h, n):
     names = _gather(a["name"], a["name_len"])
     ndim = a["ndim"].astype(np.int64)
     dims = _gather(a["shape"], ndim * 8)
-    if names is None or dims is None or any(o % 8 for o in dims[1]):
+    if names is None or dims is None or (dims[1] % 8).any():
         return None
-    blob, name_off = names
-    name_len = a["name_len"].tolist()
+    blob, no = names
+    name_off, name_len = no.tolist(), a["name_len"].tolist()
     structured = (a["structured"] != 0).tolist()
     # The blob decodes once as latin-1 (one char per byte, so byte offsets
     # stay character offsets): an ASCII name (the usual case) is then one
     # str slice. Names with other bytes decode on their own; the bytes
     # between names may be anything.
     text = blob.decode("latin-1")
-    hi = np.concatenate(([0], np.cumsum(np.frombuffer(blob, dtype=np.uint8) >= 0x80)))
-    no = np.asarray(name_off, dtype=np.int64)
-    wide = (hi[no + a["name_len"]] - hi[no]) > 0
+    hi = np.flatnonzero(np.frombuffer(blob, dtype=np.uint8) >= 0x80)  # where the non-ASCII bytes are
+    wide = np.searchsorted(hi, no) != np.searchsorted(hi, no + a["name_len"])
     if not wide.any():
         plain = [text[o:o + ln] for o, ln in zip(name_off, name_len)]
     else:
@@ -167,7 +166,7 @@ def _bulk_entries(h, n):
     if any(structured):
         plain = [tuple(json.loads(blob[o + 1:o + ln].decode("utf-8"))) if st else nm
                  for nm, st, o, ln in zip(plain, structured, name_off, name_len)]
-    shape_off = np.asarray(dims[1], dtype=np.int64) // 8
+    shape_off = dims[1] // 8
     flat = np.frombuffer(dims[0], dtype="<u8")
     nd0 = int(ndim[0])
     if (ndim == nd0).all() and (shape_off == np.arange(n, dtype=np.int64) * nd0).all() and len(flat) == n * nd0:
