@@ -264,6 +264,44 @@ def verify_module_against_file():
     assert not ok and dict(results)[first] is False and sum(not r for _, r in results) == 1, results
 
 
+@case
+def replaced_tensor_hash_records_are_honoured():
+    # Code written for tensorizer may replace serialization.TensorHash (the
+    # record each stored hash is read into); a record that no longer equals
+    # the data's hash fails a verified load, eager, lazy and in place.
+    from unittest import mock
+    from tzr import serialization
+    own = serialization.TensorHash
+
+    def zeroed(*a, **k):
+        r = own(*a, **k)
+        r.hash = bytes(len(r.hash))
+        return r
+
+    class Same(own):
+        pass
+    with mock.patch.object(serialization, "TensorHash", zeroed):
+        for verify in (True, "crc32"):
+            try:
+                tzr.TensorDeserializer(TWT, device="cpu", verify_hash=verify)
+            except tzr.HashMismatchError as e:
+                assert "expected record" in str(e) and "byte" in str(e), e
+            else:
+                raise AssertionError("a zeroed record passed (verify_hash=%r)" % verify)
+        lazy = tzr.TensorDeserializer(TWT, device="cpu", lazy_load=True, verify_hash=True)
+        name = next(iter(lazy))
+        try:
+            lazy[name]
+        except tzr.HashMismatchError:
+            pass
+        else:
+            raise AssertionError("a lazy lookup passed a zeroed record")
+        expect_twt(tzr.TensorDeserializer(TWT, device="cpu"))  # no verification asked: no records
+    with mock.patch.object(serialization, "TensorHash", Same):
+        expect_twt(tzr.TensorDeserializer(TWT, device="cpu", verify_hash=True))
+    assert serialization.TensorHash is own
+
+
 # ------------------------------------------------------------------ writing
 @case
 def write_file_objects_of_every_kind():
