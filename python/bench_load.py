@@ -9,7 +9,8 @@ before each tensor got its own storage: the cost of per-tensor storages);
 and, with --tensorizer DIR (a folder holding tensorizer's package, for the
 measurement only), tensorizer's own TensorDeserializer. Each row runs in a
 fresh process: "first" is that process's first load, "best" the best of
---reps loads in the same process.
+--reps loads in the same process. Each row's tensors are hashed after its
+last load (not timed) and compared with tensorizer's (or the path load's).
 Usage: bench_load.py BUILD [FILE] [--mib N] [--reps N] [--tensorizer DIR]"""
 import argparse
 import ctypes
@@ -74,10 +75,26 @@ def load_once(kind, path):
     return tzr.TensorDeserializer(src, device="cpu")
 
 
+def digest(d):
+    """SHA-256 over every tensor's name and bytes, in name order (outside the
+    timed part): each tzr row must give tensorizer's own bytes back."""
+    import hashlib
+    if callable(d):
+        return None
+    items = d.items() if hasattr(d, "items") else ()
+    h = hashlib.sha256()
+    for name, t in sorted(((str(k), v) for k, v in items), key=lambda kv: kv[0]):
+        t = t.detach().contiguous()
+        h.update(name.encode())
+        h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+    return h.hexdigest()
+
+
 def child(kind, path, reps):
     base = rss_now()
     times = []
-    for _ in range(reps):
+    sha = None
+    for i in range(reps):
         if kind == "bytesio":  # the file into memory is not the load's time
             import tzr
             buf = io.BytesIO(open(path, "rb").read())
@@ -87,11 +104,14 @@ def child(kind, path, reps):
             t0 = time.perf_counter()
             d = load_once(kind, path)
         times.append(time.perf_counter() - t0)
+        if i == reps - 1 and kind != "one_allocation":
+            sha = digest(d)
         if callable(d):
             d()
         del d
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"first": times[0], "best": min(times), "peak": peak, "base": base}))
+    print(json.dumps({"first": times[0], "best": min(times), "all": times, "peak": peak, "base": base,
+                      "sha": sha}))
 
 
 def floor(build, path, reps):
@@ -155,6 +175,10 @@ def main():
     for kind, label, m in rows:
         print("%-30s %8.3f %8.3f %8.2f %8.2f %10.0f" % (label, m["first"], m["best"], size / m["best"] / 1e9,
                                                        raw / m["best"], (m["peak"] - m["base"]) / 2**20))
+    shas = {k: m["sha"] for k, _, m in rows if m.get("sha")}
+    ref = shas.get("tensorizer", shas.get("path"))
+    print("bytes equal to %s's on every row: %s" % ("tensorizer" if "tensorizer" in shas else "the path load",
+          ", ".join("%s %s" % (k, "yes" if v == ref else "NO") for k, v in shas.items())))
     by = {k: m for k, _, m in rows}
     if "path" in by and "one_allocation" in by:
         print("per-tensor storages vs one allocation: %+.1f%% (best), %+.1f%% (first)"

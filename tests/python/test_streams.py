@@ -648,6 +648,11 @@ def utils_as_tensorizer_prints_them():
     assert cb(1536, decimal=False) == "1.5 KiB", cb(1536, decimal=False)
     m = utils.get_mem_usage()
     assert re.fullmatch(r"CPU: \(maxrss: [\d,]+MiB F: [\d,]+MiB\)", m), m
+    # Records in bytes, as tensorizer's (callers size work by .free).
+    cpu = utils.CPUMemoryUsage.now()
+    kib = int(open("/proc/meminfo").read().split("MemTotal:")[1].split()[0])
+    assert 0 < cpu.free <= kib << 10 and cpu.maxrss >= 1 << 20, (cpu.free, cpu.maxrss, kib)
+    assert str(cpu) == "CPU: (maxrss: {:,}MiB F: {:,}MiB)".format(cpu.maxrss >> 20, cpu.free >> 20)
 
 
 @case
