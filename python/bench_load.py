@@ -9,8 +9,9 @@ before each tensor got its own storage: the cost of per-tensor storages);
 and, with --tensorizer DIR (a folder holding tensorizer's package, for the
 measurement only), tensorizer's own TensorDeserializer. Each row runs in a
 fresh process: "first" is that process's first load, "best" the best of
---reps loads in the same process.
-Usage: bench_load.py BUILD [FILE] [--mib N] [--reps N] [--tensorizer DIR]"""
+--reps loads in the same process. Each row's tensors are hashed after its
+last load (not timed) and compared with tensorizer's (or the path load's).
+Usage: bench_load.py BUILD [FILE] [--mib N] [--reps N] [--rounds N] [--tensorizer DIR]"""
 import argparse
 import ctypes
 import io
@@ -74,24 +75,45 @@ def load_once(kind, path):
     return tzr.TensorDeserializer(src, device="cpu")
 
 
+def digest(d):
+    """SHA-256 over every tensor's name and bytes, in name order (outside the
+    timed part): each tzr row must give tensorizer's own bytes back."""
+    import hashlib
+    if callable(d):
+        return None
+    items = d.items() if hasattr(d, "items") else ()
+    h = hashlib.sha256()
+    for name, t in sorted(((str(k), v) for k, v in items), key=lambda kv: kv[0]):
+        t = t.detach().contiguous()
+        h.update(name.encode())
+        h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+    return h.hexdigest()
+
+
 def child(kind, path, reps):
     base = rss_now()
     times = []
-    for _ in range(reps):
-        if kind == "bytesio":  # the file into memory is not the load's time
+    sha = None
+    for i in range(reps):
+        if kind == "bytesio":  # the file into memory (once: no 1 GiB churn per rep) is not the load's time
             import tzr
-            buf = io.BytesIO(open(path, "rb").read())
+            if i == 0:
+                data = open(path, "rb").read()
+            buf = io.BytesIO(data)  # shares data's bytes
             t0 = time.perf_counter()
             d = tzr.TensorDeserializer(buf, device="cpu")
         else:
             t0 = time.perf_counter()
             d = load_once(kind, path)
         times.append(time.perf_counter() - t0)
+        if i == reps - 1 and kind != "one_allocation":
+            sha = digest(d)
         if callable(d):
             d()
         del d
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"first": times[0], "best": min(times), "peak": peak, "base": base}))
+    print(json.dumps({"first": times[0], "best": min(times), "all": times, "peak": peak, "base": base,
+                      "sha": sha}))
 
 
 def floor(build, path, reps):
@@ -110,6 +132,7 @@ def main():
     ap.add_argument("file", nargs="?")
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1, help="fresh processes per row, interleaved")
     ap.add_argument("--tensorizer", help="folder with tensorizer's package (measurement only)")
     ap.add_argument("--child")
     a = ap.parse_args()
@@ -137,24 +160,40 @@ def main():
              ("one_allocation", "tzr, one shared allocation")]
     if a.tensorizer:
         kinds.append(("tensorizer", "tensorizer 2.11.1, path"))
-    rows = []
-    for kind, label in kinds:
-        e = dict(env)
-        if kind == "tensorizer":
-            e["PYTHONPATH"] = a.tensorizer + os.pathsep + here
-        r = subprocess.run([sys.executable, __file__, a.build, path, "--child", kind, "--reps", str(a.reps)],
-                           env=e, capture_output=True, text=True)
-        if r.returncode:
-            print("%s: failed: %s" % (label, r.stderr.strip().splitlines()[-1:]), file=sys.stderr)
-            continue
-        rows.append((kind, label, json.loads(r.stdout)))
+    best = {}
+    # Rounds interleave the rows (each a fresh process per round), so that
+    # a burst of load from elsewhere on a shared machine hits one round of
+    # every row rather than every round of one; each row keeps its best.
+    for _ in range(a.rounds):
+        for kind, label in kinds:
+            e = dict(env)
+            if kind == "tensorizer":
+                e["PYTHONPATH"] = a.tensorizer + os.pathsep + here
+            r = subprocess.run([sys.executable, __file__, a.build, path, "--child", kind, "--reps", str(a.reps)],
+                               env=e, capture_output=True, text=True)
+            if r.returncode:
+                print("%s: failed: %s" % (label, r.stderr.strip().splitlines()[-1:]), file=sys.stderr)
+                continue
+            m = json.loads(r.stdout)
+            old = best.get(kind)
+            if old is not None:
+                m["first"], m["best"] = min(m["first"], old["first"]), min(m["best"], old["best"])
+                m["sha"] = m["sha"] if m["sha"] == old["sha"] else "differs between rounds"
+            best[kind] = m
+    rows = [(kind, label, best[kind]) for kind, label in kinds if kind in best]
     print("file %s: %.1f MiB, warm cache; raw read (tzr-bench, best of %d): %.3f s, %.2f GB/s"
           % (path, size / 2**20, a.reps, raw, size / raw / 1e9))
+    print("%d round(s) of a fresh process per row, %d loads each; first: best first load of a fresh process, "
+          "best: best load of any" % (a.rounds, a.reps))
     print("%-30s %8s %8s %8s %8s %10s" % ("load (fresh process each)", "first s", "best s", "GB/s", "floor/x",
                                           "RSS+ MiB"))
     for kind, label, m in rows:
         print("%-30s %8.3f %8.3f %8.2f %8.2f %10.0f" % (label, m["first"], m["best"], size / m["best"] / 1e9,
                                                        raw / m["best"], (m["peak"] - m["base"]) / 2**20))
+    shas = {k: m["sha"] for k, _, m in rows if m.get("sha")}
+    ref = shas.get("tensorizer", shas.get("path"))
+    print("bytes equal to %s's on every row: %s" % ("tensorizer" if "tensorizer" in shas else "the path load",
+          ", ".join("%s %s" % (k, "yes" if v == ref else "NO") for k, v in shas.items())))
     by = {k: m for k, _, m in rows}
     if "path" in by and "one_allocation" in by:
         print("per-tensor storages vs one allocation: %+.1f%% (best), %+.1f%% (first)"

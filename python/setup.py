@@ -2,6 +2,7 @@
 $TZR_LIBRARY) goes inside the package, so an installed tzr needs no
 LD_LIBRARY_PATH. Without one the package still installs and loads a
 libtzr.so.0 that `make install` put on the system loader's path."""
+import ctypes
 import os
 import shutil
 
@@ -11,11 +12,16 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def library():
+    """The libtzr.so.0 to bundle: $TZR_LIBRARY, else this tree's build."""
+    return os.environ.get("TZR_LIBRARY") or os.path.join(HERE, "..", os.environ.get("BUILD", "build"),
+                                                         "libtzr.so.0")
+
+
 class BuildWithLibrary(build_py):
     def run(self):
         super().run()
-        lib = os.environ.get("TZR_LIBRARY") or os.path.join(HERE, "..", os.environ.get("BUILD", "build"),
-                                                            "libtzr.so.0")
+        lib = library()
         if os.path.exists(lib):
             shutil.copy(lib, os.path.join(self.build_lib, "tzr", "libtzr.so.0"))
         else:
@@ -24,15 +30,23 @@ class BuildWithLibrary(build_py):
 
 
 def version():
-    """MAJOR.MINOR.PATCH from include/tzr.h, the version's one source."""
-    parts = {}
-    with open(os.path.join(HERE, "..", "include", "tzr.h")) as f:
-        for line in f:
-            words = line.split()
-            if len(words) == 3 and words[0] == "#define" and words[1].startswith("TZR_VERSION_") \
-                    and words[1][12:] in ("MAJOR", "MINOR", "PATCH"):
-                parts[words[1][12:]] = words[2]
-    return "%s.%s.%s" % (parts["MAJOR"], parts["MINOR"], parts["PATCH"])
+    """The version has one source, TZR_VERSION_* in include/tzr.h: the
+    library that goes inside the package says it (tzr_version_string), else
+    the header beside this folder, else a libtzr.so.0 on the loader's path."""
+    lib = library()
+    candidates = [lib] if os.path.exists(lib) else []
+    header = os.path.join(HERE, "..", "include", "tzr.h")
+    if not candidates and os.path.exists(header):
+        parts = {}
+        with open(header) as f:
+            for line in f:
+                words = line.split()
+                if len(words) == 3 and words[0] == "#define" and words[1][:12] == "TZR_VERSION_":
+                    parts[words[1][12:]] = words[2]
+        return "%s.%s.%s" % (parts["MAJOR"], parts["MINOR"], parts["PATCH"])
+    so = ctypes.CDLL(candidates[0] if candidates else "libtzr.so.0")
+    so.tzr_version_string.restype = ctypes.c_char_p
+    return so.tzr_version_string().decode()
 
 
 setup(version=version(), cmdclass={"build_py": BuildWithLibrary})

@@ -15,7 +15,6 @@ any binary file object. Each becomes the fastest road the object allows:
 import ctypes
 import io
 import os
-import shutil
 import tempfile
 import threading
 
@@ -77,8 +76,8 @@ def _check_start(obj, what):
                          "file (seek(0) first)" % (describe(obj), pos, what))
 
 
-def _fail(code, exc, obj):
-    msg = "%s: %s: %s" % (describe(obj), type(exc).__name__, exc)
+def _fail(code, exc, obj, where=None):
+    msg = "%s: %s%s: %s" % (describe(obj), where + ": " if where else "", type(exc).__name__, exc)
     return lib.tzr_set_error(code, b"%s", msg.encode("utf-8", "replace"))
 
 
@@ -144,7 +143,7 @@ def _callback_source(obj, size):
             return 0
         except BaseException as e:  # noqa: B902 (the C caller cannot take an exception)
             op.errors.append(e)
-            return _fail(_lib.TZR_EIO, e, obj)
+            return _fail(_lib.TZR_EIO, e, obj, "reading %d bytes at byte %d" % (n, off))
 
     src = _lib.Source()
     src.read_at = _lib.IO_FN(read_at)
@@ -160,12 +159,37 @@ def _callback_source(obj, size):
     return op
 
 
+def _copy(src, dst, what, obj):
+    """Copy src to dst in large pieces, in order. A raw dst may take part of
+    a piece (the rest is written again; taking nothing is a failure, never
+    a spin). A failure is a TzrIOError naming obj and the byte reached,
+    caused by the original."""
+    done = 0
+    try:
+        while True:
+            piece = src.read(_COPY_BYTES)
+            if not piece:
+                break
+            view = memoryview(piece)
+            while view:
+                k = dst.write(view)
+                k = len(view) if k is None and not isinstance(dst, io.RawIOBase) else k
+                if not k:
+                    raise OSError("write() took no bytes (returned %r)" % (k,))
+                done += k
+                view = view[k:]
+        if hasattr(dst, "flush"):
+            dst.flush()
+    except Exception as e:  # noqa: BLE001 (wrapped, with the original as cause)
+        raise _lib.TzrIOError(_lib.TZR_EIO, "%s: %s failed at byte %d: %s: %s"
+                              % (describe(obj), what, done, type(e).__name__, e)) from e
+
+
 def _spool_in(obj):
     """A non-seekable object copied into an unnamed temporary file, in order."""
     tmp = tempfile.TemporaryFile()
     try:
-        shutil.copyfileobj(obj, tmp, _COPY_BYTES)
-        tmp.flush()
+        _copy(obj, tmp, "reading", obj)
         return _fd_source(tmp.fileno(), describe(obj), keep=[tmp], release=tmp.close)
     except BaseException:
         tmp.close()
@@ -227,13 +251,13 @@ def _callback_output(obj):
                 done = 0
                 while done < n:
                     k = obj.write(view[done:])
-                    if k is None:  # a non-blocking raw object that took nothing
-                        raise OSError("write returned None")
+                    if not k:  # None (non-blocking, full) or 0: it will not take more; never spin
+                        raise OSError("write() took no bytes at byte %d (returned %r)" % (off + done, k))
                     done += k
             return 0
         except BaseException as e:  # noqa: B902
             op.errors.append(e)
-            return _fail(_lib.TZR_EIO, e, obj)
+            return _fail(_lib.TZR_EIO, e, obj, "writing %d bytes at byte %d" % (n, off))
 
     def finish(_out):
         try:
@@ -279,10 +303,10 @@ def _spool_out(obj):
     tmp = tempfile.TemporaryFile()
 
     def copy():
+        # Bytes already sent cannot be taken back from a pipe: the reader
+        # at the other end meets a cut checkpoint, which fails to load.
         tmp.seek(0)
-        shutil.copyfileobj(tmp, obj, _COPY_BYTES)
-        if hasattr(obj, "flush"):
-            obj.flush()
+        _copy(tmp, obj, "writing", obj)
     try:
         return _fd_output(tmp.fileno(), describe(obj), [tmp], after=copy, release=tmp.close)
     except BaseException:

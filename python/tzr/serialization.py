@@ -68,6 +68,68 @@ class TensorHash:
     hash: bytes
 
 
+_OWN_TENSOR_HASH = TensorHash
+
+
+def _stored_hashes(reader, index):
+    """[(HashType, value)] from tensor index's header hash section
+    (formats/tensorizer.md 4.1, 4.2); [] for files without headers."""
+    h = reader.handle
+    if reader.data_version == 0:  # safetensors: no tensor headers, no hashes
+        return []
+    info = lib.tzr_reader_tensor(h, index).contents
+    srcp = lib.tzr_reader_source(h)
+    src = ctypes.cast(srcp, ctypes.POINTER(_lib.Source)).contents
+    buf = ctypes.create_string_buffer(8)
+    reader._check(src.read_at(srcp, buf, 8, info.header_offset))
+    size = int.from_bytes(buf.raw, "little")
+    if not 8 < size <= 1 << 20:
+        raise _lib.FormatError(_lib.TZR_EFORMAT, "tensor %r: header at byte %d claims %d bytes"
+                               % (info.name, info.header_offset, size))
+    buf = ctypes.create_string_buffer(size)
+    reader._check(src.read_at(srcp, buf, size, info.header_offset))
+    b = buf.raw
+    try:
+        at = 13 + int.from_bytes(b[11:13], "little")       # past module index, type, name
+        at += 1 + b[at]                                    # dtype
+        at += 1 + 4 * b[at]                                # dims
+        end = at + 2 + int.from_bytes(b[at:at + 2], "little")
+        count, at, out = b[at + 2], at + 3, []
+        for _ in range(count):
+            typ, n = b[at], b[at + 1]
+            out.append((HashType(typ), b[at + 2:at + 2 + n]))
+            at += 2 + n
+        if at > end or end > size:
+            raise IndexError
+    except (IndexError, ValueError):
+        raise _lib.FormatError(_lib.TZR_EFORMAT, "tensor %r: hash section of the header at byte %d is malformed"
+                               % (info.name, info.header_offset)) from None
+    return out
+
+
+def _check_hash_records(reader, indices, verify):
+    """tensorizer turns each stored hash into a serialization.TensorHash
+    record and compares the record with the hash it computes; libtzr does
+    both in C. Code that replaces TensorHash (a subclass, a wrapper, a mock)
+    has its records honoured here, after a verified load: the library has
+    just found the data's hash equal to the stored value, so a record that
+    differs from that value is a mismatch. The original class costs nothing."""
+    make = TensorHash  # this module's attribute now, patched or not
+    if make is _OWN_TENSOR_HASH or not verify:
+        return
+    for i in indices:
+        for typ, value in _stored_hashes(reader, i):
+            if verify == "crc32" and typ != HashType.CRC32:
+                continue  # not computed at this level
+            record = make(type=typ, hash=value)
+            if bytes(record.hash) != value:
+                at = lib.tzr_reader_tensor(reader.handle, i).contents.header_offset
+                raise HashMismatchError(_lib.TZR_EHASH, "tensor %r (header at byte %d): the data's %s is %s, the "
+                                        "expected record (serialization.TensorHash) says %s" % (
+                                            reader.entries.names[i], at, typ.name, value.hex(),
+                                            bytes(record.hash).hex()))
+
+
 @dataclasses.dataclass
 class TensorEntry:
     """What the index says of one tensor (tensorizer's record of the same
@@ -380,6 +442,7 @@ class TensorDeserializer(abc.Mapping):
         nb = cols.nbytes
         self._reader.load_lists(todo, list(map(ptr, tensors)), nb if len(todo) == len(nb) else [nb[i] for i in todo],
                                 self._cuda, self._verify, self._progress)
+        _check_hash_records(self._reader, todo, self._verify)
         if torch is not None and self._dtype is None and self._device.type == "cpu":
             # No cast and no move: straight to nn.Parameter (what _cast does
             # then, without its per-tensor checks).
@@ -525,6 +588,7 @@ class TensorDeserializer(abc.Mapping):
         verify = self._verify if verify_hash is None else _verify_arg(verify_hash)
         for dev, dests in groups.items():
             self._reader.load(dests, dev, verify, self._progress)
+            _check_hash_records(self._reader, list(dests), verify)
         rest = [e.index for e, _, _, _ in plan if e.index not in direct and e.index not in superseded]
         self._load_missing(rest)
         count = 0

@@ -7,7 +7,8 @@ import threading
 from ._dtypes import torch
 
 __all__ = ["convert_bytes", "get_mem_usage", "get_gpu_name", "get_device", "no_init_or_tensor",
-           "MemoryUsage", "CPUMemoryUsage", "GPUMemoryUsage", "TorchGPUMemoryUsage"]
+           "MemoryUsage", "CPUMemoryUsage", "GPUMemoryUsage", "GlobalGPUMemoryUsage",
+           "TorchGPUMemoryUsage"]
 
 
 def convert_bytes(num, decimal=True):
@@ -32,28 +33,29 @@ def _psutil():
         return None
 
 
+# The records hold bytes, as tensorizer's do (its tests read
+# CPUMemoryUsage.now().free to size a 4.8 GiB case); str() shows MiB.
 class CPUMemoryUsage:
-    __slots__ = ("maxrss_kibibytes", "free_mebibytes")
+    __slots__ = ("maxrss", "free")
 
-    def __init__(self, maxrss_kibibytes, free_mebibytes):
-        self.maxrss_kibibytes = maxrss_kibibytes
-        self.free_mebibytes = free_mebibytes
+    def __init__(self, maxrss, free):
+        self.maxrss, self.free = maxrss, free
 
     @classmethod
     def now(cls):
         maxrss = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss +
-                  resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+                  resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) << 10
         ps = _psutil()
         if ps is not None:
-            free = ps.virtual_memory().free >> 20
+            free = ps.virtual_memory().free
         else:
             with open("/proc/meminfo") as f:
                 info = dict(line.split(":", 1) for line in f)
-            free = int(info["MemFree"].split()[0]) >> 10
+            free = int(info["MemFree"].split()[0]) << 10
         return cls(maxrss, free)
 
     def __str__(self):
-        return "CPU: (maxrss: {:,}MiB F: {:,}MiB)".format(self.maxrss_kibibytes >> 10, self.free_mebibytes)
+        return "CPU: (maxrss: {:,}MiB F: {:,}MiB)".format(self.maxrss >> 20, self.free >> 20)
 
 
 class GPUMemoryUsage:
@@ -67,10 +69,13 @@ class GPUMemoryUsage:
         if torch is None or not torch.cuda.is_available():
             return None
         free, total = torch.cuda.mem_get_info(device)
-        return cls(total >> 20, free >> 20, (total - free) >> 20)
+        return cls(total, free, total - free)
 
     def __str__(self):
-        return "GPU: (U: {:,}MiB F: {:,}MiB T: {:,}MiB)".format(self.used, self.free, self.total)
+        return "GPU: (U: {:,}MiB F: {:,}MiB T: {:,}MiB)".format(self.used >> 20, self.free >> 20, self.total >> 20)
+
+
+GlobalGPUMemoryUsage = GPUMemoryUsage  # tensorizer's name
 
 
 class TorchGPUMemoryUsage:
@@ -84,13 +89,13 @@ class TorchGPUMemoryUsage:
         if torch is None or not torch.cuda.is_available():
             return None
         st = torch.cuda.memory_stats(device)
-        g = lambda k: st.get(k, 0) >> 20  # noqa: E731
+        g = lambda k: st.get(k, 0)  # noqa: E731
         return cls(g("reserved_bytes.all.current"), g("reserved_bytes.all.peak"),
                    g("allocated_bytes.all.current"), g("allocated_bytes.all.peak"))
 
     def __str__(self):
         return "TORCH: (R: {:,}MiB/{:,}MiB, A: {:,}MiB/{:,}MiB)".format(
-            self.reserved, self.reserved_max, self.used, self.used_max)
+            self.reserved >> 20, self.reserved_max >> 20, self.used >> 20, self.used_max >> 20)
 
 
 class MemoryUsage:

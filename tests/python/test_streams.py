@@ -5,6 +5,7 @@ tensorizer's results (parameters, storages, keys), utils, torch_compat and
 the `tensorizer` compatibility package. The oracle is tensorizer's own
 golden files (tests/golden-torch): their manifest's hashes and their bytes.
 One `PASS name` / `FAIL name: why` / `SKIP name: why` line per case."""
+import errno
 import hashlib
 import io
 import json
@@ -125,6 +126,35 @@ class Seekable:
         self.closed = True
 
 
+class Stream(io.RawIOBase):
+    """A non-seekable object (no descriptor) that reads or takes bytes in
+    small pieces and fails with EIO/ENOSPC past fail_at."""
+
+    def __init__(self, data=b"", fail_at=None):
+        self.data, self.pos, self.fail_at, self.out = data, 0, fail_at, bytearray()
+
+    def readable(self):
+        return True
+
+    def writable(self):
+        return True
+
+    def readinto(self, b):
+        if self.fail_at is not None and self.pos >= self.fail_at:
+            raise OSError(errno.EIO, "Input/output error")
+        n = min(len(b), 4093, len(self.data) - self.pos)
+        b[:n] = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+    def write(self, b):
+        if self.fail_at is not None and len(self.out) >= self.fail_at:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = min(len(b), 4093)  # a raw object may take part of what it is given
+        self.out += b[:n]
+        return n
+
+
 def pipe_reader(data):
     """The read end of a pipe another thread fills with data."""
     r, w = os.pipe()
@@ -208,6 +238,24 @@ def read_truncated_and_failing_objects():
         assert isinstance(e.__cause__, OSError) and "went away" in str(e), (e, e.__cause__)
     else:
         raise AssertionError("a failing object loaded")
+    # The same from a non-seekable object (copied in order first), eager or
+    # lazy, and an object whose read() gives text: a TzrIOError (an OSError)
+    # naming the object and the byte, caused by the object's own error.
+    for lazy in (False, True):
+        try:
+            tzr.TensorDeserializer(Stream(TWT_BYTES, fail_at=len(TWT_BYTES) // 2), device="cpu", lazy_load=lazy)
+        except tzr.TzrIOError as e:
+            assert isinstance(e.__cause__, OSError) and "<Stream>: reading failed at byte" in str(e), (e, e.__cause__)
+        else:
+            raise AssertionError("a failing non-seekable object loaded (lazy=%s)" % lazy)
+    text = Seekable(TWT_BYTES)
+    text.read = lambda n=-1: "|TZR|"
+    try:
+        tzr.TensorDeserializer(text, device="cpu")
+    except tzr.TzrIOError as e:
+        assert isinstance(e.__cause__, TypeError) and "at byte 0" in str(e), (e, e.__cause__)
+    else:
+        raise AssertionError("read() giving str was taken")
 
 
 @case
@@ -264,6 +312,44 @@ def verify_module_against_file():
     assert not ok and dict(results)[first] is False and sum(not r for _, r in results) == 1, results
 
 
+@case
+def replaced_tensor_hash_records_are_honoured():
+    # Code written for tensorizer may replace serialization.TensorHash (the
+    # record each stored hash is read into); a record that no longer equals
+    # the data's hash fails a verified load, eager, lazy and in place.
+    from unittest import mock
+    from tzr import serialization
+    own = serialization.TensorHash
+
+    def zeroed(*a, **k):
+        r = own(*a, **k)
+        r.hash = bytes(len(r.hash))
+        return r
+
+    class Same(own):
+        pass
+    with mock.patch.object(serialization, "TensorHash", zeroed):
+        for verify in (True, "crc32"):
+            try:
+                tzr.TensorDeserializer(TWT, device="cpu", verify_hash=verify)
+            except tzr.HashMismatchError as e:
+                assert "expected record" in str(e) and "byte" in str(e), e
+            else:
+                raise AssertionError("a zeroed record passed (verify_hash=%r)" % verify)
+        lazy = tzr.TensorDeserializer(TWT, device="cpu", lazy_load=True, verify_hash=True)
+        name = next(iter(lazy))
+        try:
+            lazy[name]
+        except tzr.HashMismatchError:
+            pass
+        else:
+            raise AssertionError("a lazy lookup passed a zeroed record")
+        expect_twt(tzr.TensorDeserializer(TWT, device="cpu"))  # no verification asked: no records
+    with mock.patch.object(serialization, "TensorHash", Same):
+        expect_twt(tzr.TensorDeserializer(TWT, device="cpu", verify_hash=True))
+    assert serialization.TensorHash is own
+
+
 # ------------------------------------------------------------------ writing
 @case
 def write_file_objects_of_every_kind():
@@ -299,7 +385,10 @@ def write_file_objects_of_every_kind():
 def write_refuses_text_readonly_append_and_offsets():
     p = tmp("refuse.tensors")
     open(p, "wb").close()
-    for f, why in ((open(p, "w"), "text"), (open(p, "rb"), "not writable"), (open(p, "ab"), "append")):
+    closed = open(p, "wb")
+    closed.close()
+    for f, why in ((open(p, "w"), "text"), (open(p, "rb"), "not writable"), (open(p, "ab"), "append"),
+                   (closed, "closed")):
         try:
             tzr.TensorSerializer(f)
         except ValueError as e:
@@ -353,6 +442,43 @@ def write_failures_leave_nothing_that_reads():
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr[-500:])
     assert "TzrIOError" in r.stdout and "write" in r.stdout, r.stdout
     assert os.path.getsize(p) == 0, os.path.getsize(p)
+    # A device that is always full (/dev/full: seekable, no regular file).
+    e = _write_failing(open("/dev/full", "wb"))
+    assert isinstance(e, tzr.TzrIOError) and e.__cause__.errno == errno.ENOSPC, (e, e.__cause__)
+    assert "/dev/full: writing" in str(e) and "at byte" in str(e), e
+    # A non-seekable object filling up while the finished checkpoint is
+    # copied to it: the error names it and the byte reached; what it took is
+    # a cut checkpoint, which fails to load rather than reading as valid.
+    st = Stream(fail_at=len(TWT_BYTES) - 4096)
+    e = _write_failing(st)
+    assert isinstance(e, tzr.TzrIOError) and e.__cause__.errno == errno.ENOSPC, (e, e.__cause__)
+    assert "<Stream>: writing failed at byte %d" % len(st.out) in str(e), e
+    assert bytes(st.out) == TWT_BYTES[:len(st.out)], "pieces lost or reordered"
+    whole = Stream()
+    write_twt(whole)
+    assert bytes(whole.out) == TWT_BYTES, "a raw object taking part of each write lost bytes"
+    try:
+        tzr.TensorDeserializer(io.BytesIO(bytes(st.out)), device="cpu")
+    except tzr.TzrError:
+        pass
+    else:
+        raise AssertionError("the cut copy loaded as a checkpoint")
+    # An object whose write() takes nothing: an error, not a spin (in a
+    # child, so that a regression times out instead of hanging the suite).
+    code = ("import io, sys, torch, tzr\n"
+            "class Stuck(io.RawIOBase):\n"
+            "    def writable(self): return True\n"
+            "    def seekable(self): return True\n"
+            "    def seek(self, pos, whence=0): return 0\n"
+            "    def tell(self): return 0\n"
+            "    def write(self, b): return 0\n"
+            "s = tzr.TensorSerializer(Stuck())\n"
+            "try:\n"
+            "    s.write_tensor(0, 'w', tzr.TensorType.PARAM, torch.ones(4)); s.close()\n"
+            "except tzr.TzrIOError as e:\n"
+            "    print(e); sys.exit(3)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and "took no bytes" in r.stdout, (r.returncode, r.stdout, r.stderr[-500:])
 
 
 @case
@@ -522,6 +648,11 @@ def utils_as_tensorizer_prints_them():
     assert cb(1536, decimal=False) == "1.5 KiB", cb(1536, decimal=False)
     m = utils.get_mem_usage()
     assert re.fullmatch(r"CPU: \(maxrss: [\d,]+MiB F: [\d,]+MiB\)", m), m
+    # Records in bytes, as tensorizer's (callers size work by .free).
+    cpu = utils.CPUMemoryUsage.now()
+    kib = int(open("/proc/meminfo").read().split("MemTotal:")[1].split()[0])
+    assert 0 < cpu.free <= kib << 10 and cpu.maxrss >= 1 << 20, (cpu.free, cpu.maxrss, kib)
+    assert str(cpu) == "CPU: (maxrss: {:,}MiB F: {:,}MiB)".format(cpu.maxrss >> 20, cpu.free >> 20)
 
 
 @case
@@ -610,57 +741,117 @@ def torch_compat_only_this_thread():
 
 
 # ------------------------------------------------------------------ the compatibility package
-@case
-def compat_package_runs_tensorizer_code():
-    # vLLM's loader, in its own calls: save with open_stream + write_module
-    # (a meta marker parameter included), check with a lazy `in`, load into
-    # a model built on meta with no_init_or_tensor, with a dtype cast.
-    code = r'''
-import os, sys, time, torch
+# vLLM's tensorizer loader, in the calls it makes (read for this test from
+# vllm/model_executor/model_loader/tensorizer.py; none of its code is here):
+# its eight imports at once; a key file written and read back through
+# open_stream; per-rank files named by a %03d template, saved with
+# open_stream("wb+") + TensorSerializer + write_module (a meta marker
+# parameter included), the stream closed by the serializer and again by
+# the with block; artifact files written into folders that do not exist
+# yet; `with open_stream(uri): pass` as its download check; a lazy `in`
+# for the marker; a state-dict iterator over items(); and the load itself:
+# a model built on meta, load_into_module with a dtype cast inside a with
+# block, total_tensor_bytes read after the block closed it, close() again.
+VLLM_FLOW = r"""
+import json, os, sys, torch
 import tzr.compat; tzr.compat.enable()
 from tensorizer import DecryptionParams, EncryptionParams, TensorDeserializer, TensorSerializer
 from tensorizer.stream_io import open_stream
 from tensorizer.utils import convert_bytes, get_mem_usage, no_init_or_tensor
 import tensorizer, tensorizer.serialization
 assert tensorizer.__tzr__ and tensorizer.serialization.TensorSerializer is TensorSerializer
+base, kw = sys.argv[1].rstrip("/"), json.loads(sys.argv[2])
+at = lambda *parts: "/".join((base,) + parts)
 torch.manual_seed(0)
-def build():
-    return torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 16), torch.nn.LayerNorm(16))
-m = build()
-m.register_parameter("vllm_tensorized_marker", torch.nn.Parameter(torch.tensor((1,), device="meta"), requires_grad=False))
-uri = os.path.join(sys.argv[1], "vllm", "model-rank-%03d.tensors") % 0
+def build(device=None):
+    return torch.nn.Sequential(torch.nn.Embedding(50, 16, device=device), torch.nn.Linear(16, 16, device=device),
+                               torch.nn.LayerNorm(16, device=device))
+def mark(m):
+    m.register_parameter("vllm_tensorized_marker",
+                         torch.nn.Parameter(torch.tensor((1,), device="meta"), requires_grad=False))
+    return m
+keyfile = at("keys", "model.key")
 key = EncryptionParams.random()
-with open_stream(os.path.join(sys.argv[1], "vllm", "key.bin"), mode="wb+") as s:
+with open_stream(keyfile, mode="wb+", **kw) as s:
     s.write(key.key)
-with open_stream(uri, mode="wb+") as stream:
-    ser = TensorSerializer(stream, encryption=key, limit_cpu_concurrency=2)
-    ser.write_module(m)
-    ser.close()
-with open_stream(os.path.join(sys.argv[1], "vllm", "key.bin"), "rb") as s:
+template = at("model", "rank-%03d.tensors")
+ranks = [mark(build()) for _ in range(2)]
+for rank, m in enumerate(ranks):
+    with open_stream(template % rank, mode="wb+", **kw) as stream:
+        ser = TensorSerializer(stream, encryption=key)
+        ser.write_module(m)
+        ser.close()
+    with open_stream(at("model", "config.json"), mode="wb+", **kw) as s:
+        s.write(json.dumps({"rank": rank}).encode())
+with open_stream(at("model", "config.json"), **kw) as s:
+    assert json.loads(s.read().decode()) == {"rank": 1}
+with open_stream(template % 1, **kw):
+    pass
+with open_stream(keyfile, **kw) as s:
     dec = DecryptionParams.from_key(s.read())
-lazy = TensorDeserializer(open_stream(uri), encryption=dec, lazy_load=True)
-assert ".vllm_tensorized_marker" in lazy and "nope" not in lazy
-with no_init_or_tensor():
-    model = build()
-model.register_parameter("vllm_tensorized_marker", torch.nn.Parameter(torch.tensor((1,), device="meta"), requires_grad=False))
-assert model[1].weight.is_meta
-before = get_mem_usage()
-with open_stream(uri, mode="rb") as stream, TensorDeserializer(stream, dtype=torch.float16, device="cpu",
-                                                               encryption=dec, num_readers=None, verify_hash=True) as d:
-    d.load_into_module(model)
-total = d.total_tensor_bytes
-d.close()
-assert total == sum(t.numel() * t.element_size() for n, t in m.state_dict().items() if not t.is_meta), total
-assert not any(t.is_meta for t in model.state_dict().values())
-assert model[1].weight.dtype == torch.float16 and torch.equal(model[1].weight, m[1].weight.half())
-assert isinstance(model[1].weight, torch.nn.Parameter) and model[1].weight.requires_grad
-del model.vllm_tensorized_marker
+lazy = TensorDeserializer(open_stream(template % 1, **kw), encryption=dec, verify_hash=None, num_readers=None,
+                          lazy_load=True)
+assert ".vllm_tensorized_marker" in lazy and "vllm_tensorized_marker" not in lazy
+assert ".0.weight" not in lazy and "0.weight" in lazy and not lazy._loaded  # lookups load nothing
+lazy.close()
+stream = open_stream(template % 0, **kw)
+with TensorDeserializer(stream, verify_hash=None, encryption=dec, num_readers=None, device="cpu") as state:
+    got = dict(state.items())
+want = dict(ranks[0].state_dict())
+# write_module names a root parameter ".name" (tensorizer's naming)
+assert set(got) == {"." + n if n == "vllm_tensorized_marker" else n for n in want}, (set(got), set(want))
+for n, t in want.items():
+    if not t.is_meta:
+        assert torch.equal(got[n], t), n
+for rank, m in enumerate(ranks):
+    with no_init_or_tensor():
+        model = mark(build())
+    assert model[1].weight.is_meta
+    before = get_mem_usage()
+    with open_stream(template % rank, mode="rb", **kw) as stream, \
+            TensorDeserializer(stream, dtype=torch.float16, device="cpu", encryption=dec, num_readers=None,
+                               verify_hash=True) as d:
+        d.load_into_module(model)
+    total = d.total_tensor_bytes
+    d.close()
+    assert total == sum(t.numel() * t.element_size() for t in m.state_dict().values() if not t.is_meta), total
+    assert not any(t.is_meta for t in model.state_dict().values())
+    assert model[1].weight.dtype == torch.float16 and torch.equal(model[1].weight, m[1].weight.half())
+    assert isinstance(model[1].weight, torch.nn.Parameter) and model[1].weight.requires_grad
+    del model.vllm_tensorized_marker
+lora = {"a.lora_A.weight": torch.randn(4, 16), "a.lora_B.weight": torch.randn(16, 4)}
+with open_stream(at("lora", "adapter_config.json"), mode="wb+", **kw) as f:
+    f.write(json.dumps({"r": 4}).encode("utf-8"))
+with open_stream(at("lora", "adapter_model.tensors"), mode="wb+", **kw) as f:
+    ser = TensorSerializer(f)
+    ser.write_state_dict(lora)
+    ser.close()
+back = TensorDeserializer(open_stream(at("lora", "adapter_model.tensors"), **kw), device="cpu")
+assert set(back) == set(lora) and all(torch.equal(back[k], v) for k, v in lora.items())
 print(convert_bytes(total), convert_bytes(total / 0.5))
-'''
-    r = subprocess.run([sys.executable, "-c", code, TMP], capture_output=True, text=True, timeout=300,
+"""
+
+
+def run_vllm_flow(base, **stream_kwargs):
+    r = subprocess.run([sys.executable, "-c", VLLM_FLOW, base, json.dumps(stream_kwargs)], capture_output=True,
+                       text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path[:1] + [os.environ.get("PYTHONPATH", "")])))
     assert r.returncode == 0, r.stderr[-1500:]
     assert re.fullmatch(r"[\d.]+ KB [\d.]+ KB\n", r.stdout), r.stdout
+
+
+@case
+def compat_package_runs_vllm_loader_local():
+    run_vllm_flow(tmp("vllm"))
+    for d in ("keys", "model", "lora"):  # folders made as the files were opened
+        assert os.path.isdir(tmp(os.path.join("vllm", d))), d
+    assert sorted(os.listdir(tmp("vllm/model"))) == ["config.json", "rank-000.tensors", "rank-001.tensors"]
+
+
+@case
+def compat_package_runs_vllm_loader_s3():
+    endpoint, bucket = s3()
+    run_vllm_flow("s3://%s/vllm" % bucket, s3_endpoint=endpoint, **CREDS)
 
 
 @case
