@@ -463,7 +463,7 @@ static int parse_into(tzr_st_file *f) {
     }
     if (rc) return rc;
 
-    qsort(f->t, f->n, sizeof *f->t, cmp_offset);
+    if (f->n) qsort(f->t, f->n, sizeof *f->t, cmp_offset); /* (f->t is NULL for a file of no tensors) */
     f->by_name = malloc((f->n ? f->n : 1) * sizeof *f->by_name);
     if (!f->by_name) return tzr_fail(TZR_ENOMEM, "out of memory");
     for (size_t i = 0; i < f->n; i++) f->by_name[i] = &f->t[i];
