@@ -43,7 +43,7 @@ extern "C" {
 #endif
 
 #define TZR_VERSION_MAJOR 0
-#define TZR_VERSION_MINOR 2
+#define TZR_VERSION_MINOR 3
 #define TZR_VERSION_PATCH 0
 #define TZR_VERSION_NUMBER \
     (TZR_VERSION_MAJOR * 10000 + TZR_VERSION_MINOR * 100 + TZR_VERSION_PATCH)
@@ -178,6 +178,10 @@ enum {
     TZR_COMPRESSION_NONE = 0,
     TZR_COMPRESSION_ZSTD = 1,
 };
+/* The name of a compression id as tools print it: "none" for
+ * TZR_COMPRESSION_NONE, the codec's name ("zstd") for one this build
+ * knows, NULL for any other id (including -1, not yet known). Since 0.3. */
+TZR_API const char *tzr_compression_name(int id);
 
 /* ---------------------------------------------------------------- sources */
 /* One buffer of a vectored read. */

@@ -978,6 +978,7 @@ static void codec_table(void) {
     CHECK_OK(write_set(path, RUNS, NRUNS, 1, 0, FRAME, NULL));
     CHECK_OK(write_without_dir(path, nodir, RUNS, NRUNS, FRAME));
     write_codec = 0;
+    CHECK(tzr_compression_name(7) && strcmp(tzr_compression_name(7), RLE.name) == 0);
     const char *paths[] = {path, nodir};
     for (int k = 0; k < 2; k++) {
         tzr_reader *r = open_r(paths[k], NULL, 1);
@@ -1000,6 +1001,10 @@ static void codec_table(void) {
         tzr_reader_free(r);
     }
     tzr_codec_table_use(NULL, 0);
+    /* Names as the tools print them: the built-in table's only. */
+    CHECK(strcmp(tzr_compression_name(TZR_COMPRESSION_NONE), "none") == 0);
+    CHECK(strcmp(tzr_compression_name(TZR_COMPRESSION_ZSTD), "zstd") == 0);
+    CHECK(tzr_compression_name(7) == NULL && tzr_compression_name(-1) == NULL && tzr_compression_name(2) == NULL);
     /* The directory carries every block: refused at open. */
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     tzr_reader *r = NULL;

@@ -21,6 +21,12 @@ const tzr_codec *tzr_codec_find(int id) {
     return NULL;
 }
 
+const char *tzr_compression_name(int id) {
+    if (id == TZR_COMPRESSION_NONE) return "none";
+    const tzr_codec *c = tzr_codec_find(id);
+    return c ? c->name : NULL;
+}
+
 int tzr_codec_unknown(int id) {
     char known[128] = "";
     size_t at = 0;
