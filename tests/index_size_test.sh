@@ -26,8 +26,9 @@ python3 tests/util/make_many.py 1000 "$T/k.safetensors" "$T/k.raw"
 $TZ -q "$T/k.safetensors" -o "$T/k.tensors"
 check tensorize_1k_keeps_256k python3 tests/util/many_check.py "$T/k.tensors" "$T/k.raw" 1000
 
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null || nm -D "$BUILD/libtzr.so" | grep -q '__asan_init\|__tsan_init\|__ubsan_handle'; then
-    skip python_write_state_dict_100k "numpy missing or a sanitizer build"
+. tests/util/python_usable.sh
+if ! why=$(python_blocker numpy); then
+    skip python_write_state_dict_100k "$why"
     exit 0
 fi
 py() { TZR_LIBRARY=$(realpath "$BUILD/libtzr.so") PYTHONPATH=python /usr/bin/python3 "$@"; }

@@ -29,8 +29,9 @@ verify verify_bad_sha_passes_crc32 sha.tensors --verify=crc32 0 "SHA-256 not che
 verify verify_bad_sha_fails_full sha.tensors --verify 1 "BAD experts.7.w:.*sha256"
 verify verify_bogus_is_usage ok.tensors --verify=bogus 2 "full or crc32"
 
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null || nm -D "$BUILD/libtzr.so" | grep -q '__asan_init\|__tsan_init\|__ubsan_handle'; then
-    skip python_verify_levels "numpy missing or a sanitizer build"
+. tests/util/python_usable.sh
+if ! why=$(python_blocker numpy); then
+    skip python_verify_levels "$why"
     exit 0
 fi
 check python_verify_levels env TZR_LIBRARY="$(realpath "$BUILD/libtzr.so")" PYTHONPATH=python TZR_NO_TORCH=1 \

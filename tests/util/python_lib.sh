@@ -3,8 +3,5 @@
 # sanitizer build (whose runtime cannot load into python3 after the fact)
 # or torch/numpy are missing.
 lib=$(realpath "$BUILD/libtzr.so" 2>/dev/null) || { echo "FAIL python_setup: $BUILD/libtzr.so missing"; exit 1; }
-if nm -D "$lib" | grep -q '__asan_init\|__tsan_init\|__ubsan_handle'; then
-    echo "python: sanitizer build of libtzr, not loadable into python3" >&2
-    exit 77
-fi
-/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || { echo "python: torch or numpy missing" >&2; exit 77; }
+. "$(dirname "${BASH_SOURCE[0]}")/python_usable.sh"
+why=$(python_blocker torch numpy) || { echo "python: $why" >&2; exit 77; }
