@@ -64,20 +64,46 @@ def _gather(starts, lens):
 
 
 class Entries(abc.Sequence):
-    """The index as columns, one list per Entry field (in index order);
+    """The index as columns, one per Entry field (in index order);
     entries[i] makes tensor i's Entry. A 100k-tensor load reads the columns
-    and never makes the 100k Entry objects (about 0.2 s of Python)."""
+    and never makes the 100k Entry objects (about 0.2 s of Python).
 
-    def __init__(self, names, structured, types, dtype_bytes, shapes, nbytes, meta, module_idx, raw_name):
-        self.names = names              # str, or a tuple for a structured name
-        self.structured = structured    # bool
-        self.types = types
-        self.dtype_bytes = dtype_bytes
-        self.shapes = shapes            # tuples of ints
-        self.nbytes = nbytes
-        self.meta = meta                # bool
-        self.module_idx = module_idx    # as at open: -1 until its header was read
+    A column may be handed in as a numpy array (a copy, never a view of
+    the reader's memory): it becomes a list the first time it is read as
+    an attribute, and array(name) gives it as an array without that step
+    (a load reads nbytes, meta and structured that way)."""
+
+    def __init__(self, names, structured, types, dtype_bytes, shapes, nbytes, meta, module_idx, raw_name,
+                 dtype_set=None):
+        self._arrays = {}
+        for k, v in (("names", names), ("structured", structured), ("types", types),
+                     ("dtype_bytes", dtype_bytes), ("shapes", shapes), ("nbytes", nbytes), ("meta", meta),
+                     ("module_idx", module_idx)):
+            if isinstance(v, list):
+                setattr(self, k, v)  # str, tuple (a structured name or a shape), bytes, int or bool items
+            else:
+                self._arrays[k] = v
         self._raw_name = raw_name       # i -> the name's bytes as stored
+        # The distinct dtype strings (a checkpoint has a few).
+        self.dtype_set = set(dtype_bytes) if dtype_set is None else dtype_set
+
+    def __getattr__(self, name):
+        # Only for attributes not set yet: a column still held as an array.
+        arrays = self.__dict__.get("_arrays")
+        if arrays is None or name not in arrays:
+            raise AttributeError(name)
+        v = arrays[name].tolist()
+        setattr(self, name, v)
+        return v
+
+    def array(self, name):
+        """A numeric or bool column as a numpy array (do not modify it)."""
+        a = self._arrays.get(name)
+        if a is None:
+            import numpy as np
+            a = self._arrays[name] = np.asarray(getattr(self, name), dtype=bool if name in ("structured", "meta")
+                                                else np.int64)
+        return a
 
     @classmethod
     def of(cls, entries):
@@ -115,6 +141,33 @@ class Entries(abc.Sequence):
         return map(self.__getitem__, range(len(self.names)))
 
 
+def _split_names(blob, offs, lens):
+    """The names at blob[offs[i]:offs[i] + lens[i]] as str (UTF-8,
+    surrogateescape; latin-1 gives the same for ASCII), made by one decode
+    and one split: the names are copied out with a NUL after each (numpy),
+    so no Python runs per name. None when a name holds a NUL byte itself
+    (the caller then slices name by name). Decoding the joined bytes gives
+    what decoding each name would: a NUL is ASCII, so it ends an invalid
+    sequence as the end of a name would."""
+    import numpy as np
+    n = len(lens)
+    src = np.frombuffer(blob, dtype=np.uint8)
+    if not len(src):
+        return [""] * n
+    ends = np.cumsum(lens + 1)          # one past each name's NUL, in the output
+    idx = np.repeat(offs - (ends - lens - 1), lens + 1)
+    idx += np.arange(int(ends[-1]), dtype=np.int64)
+    np.minimum(idx, len(src) - 1, out=idx)  # the last NUL's source may be past the end
+    out = src[idx]
+    out[ends - 1] = 0
+    joined = out[:-1].tobytes()
+    if joined.count(0) != n - 1:
+        return None
+    if (out >= 0x80).any():
+        return joined.decode("utf-8", "surrogateescape").split("\0")
+    return joined.decode("latin-1").split("\0")
+
+
 def _bulk_entries(h, n):
     """The index as Entries columns, read in bulk: per-field ctypes access
     costs about 2 us a tensor, most of a 100k-tensor load's Python time.
@@ -149,23 +202,21 @@ def _bulk_entries(h, n):
     if names is None or dims is None or (dims[1] % 8).any():
         return None
     blob, no = names
-    name_off, name_len = no.tolist(), a["name_len"].tolist()
-    structured = (a["structured"] != 0).tolist()
-    # The blob decodes once as latin-1 (one char per byte, so byte offsets
-    # stay character offsets): an ASCII name (the usual case) is then one
-    # str slice. Names with other bytes decode on their own; the bytes
-    # between names may be anything.
-    text = blob.decode("latin-1")
-    hi = np.flatnonzero(np.frombuffer(blob, dtype=np.uint8) >= 0x80)  # where the non-ASCII bytes are
-    wide = np.searchsorted(hi, no) != np.searchsorted(hi, no + a["name_len"])
-    if not wide.any():
-        plain = [text[o:o + ln] for o, ln in zip(name_off, name_len)]
-    else:
+    name_len = a["name_len"].astype(np.int64)
+    structured = a["structured"] != 0   # a copy, as every column kept below
+    plain = _split_names(blob, no, name_len)
+    if plain is None:
+        # A name holds a NUL byte: one slice each. The blob decodes once
+        # as latin-1 (one char per byte, so byte offsets stay character
+        # offsets); names with other bytes decode on their own.
+        text = blob.decode("latin-1")
+        hi = np.flatnonzero(np.frombuffer(blob, dtype=np.uint8) >= 0x80)  # where the non-ASCII bytes are
+        wide = np.searchsorted(hi, no) != np.searchsorted(hi, no + name_len)
         plain = [blob[o:o + ln].decode("utf-8", "surrogateescape") if w else text[o:o + ln]
-                 for o, ln, w in zip(name_off, name_len, wide.tolist())]
-    if any(structured):
+                 for o, ln, w in zip(no.tolist(), name_len.tolist(), wide.tolist())]
+    if structured.any():
         plain = [tuple(json.loads(blob[o + 1:o + ln].decode("utf-8"))) if st else nm
-                 for nm, st, o, ln in zip(plain, structured, name_off, name_len)]
+                 for nm, st, o, ln in zip(plain, structured.tolist(), no.tolist(), name_len.tolist())]
     shape_off = dims[1] // 8
     flat = np.frombuffer(dims[0], dtype="<u8")
     nd0 = int(ndim[0])
@@ -175,14 +226,18 @@ def _bulk_entries(h, n):
     else:
         fl = flat.tolist()
         shapes = [tuple(fl[so:so + nd]) for so, nd in zip(shape_off.tolist(), ndim.tolist())]
-    dtypes = {}
-    dstr = a["dtype_str"].tolist()
-    for p, ln in set(zip(dstr, a["dtype_len"].tolist())):
-        dtypes[p] = ctypes.string_at(p, ln)
-    dtype_bytes = [dtypes[p] for p in dstr] if len(dtypes) > 1 else [dtypes[dstr[0]]] * n
-    return Entries(plain, structured, a["type"].tolist(), dtype_bytes, shapes, a["nbytes"].tolist(),
-                   (a["meta"] != 0).tolist(), a["module_idx"].tolist(),
-                   lambda i: blob[name_off[i]:name_off[i] + name_len[i]])
+    dstr, dlen = a["dtype_str"], a["dtype_len"]
+    ptrs, first, inv = np.unique(dstr, return_index=True, return_inverse=True)
+    if (dlen == dlen[first][inv]).all():  # one length per string pointer (as the reader makes them)
+        kinds = [ctypes.string_at(int(p), int(dlen[f])) for p, f in zip(ptrs.tolist(), first.tolist())]
+        dtype_bytes = [kinds[0]] * n if len(kinds) == 1 else [kinds[k] for k in inv.tolist()]
+        kinds = set(kinds)
+    else:
+        dtype_bytes = [ctypes.string_at(p, ln) for p, ln in zip(dstr.tolist(), dlen.tolist())]
+        kinds = None
+    return Entries(plain, structured, a["type"].astype(np.int64), dtype_bytes, shapes, a["nbytes"].astype(np.int64),
+                   a["meta"] != 0, a["module_idx"].astype(np.int64),
+                   lambda i: blob[int(no[i]):int(no[i] + name_len[i])], kinds)
 
 
 def crypt_fill(crypt, params, keep):
@@ -309,23 +364,52 @@ def load_table(reader_handle, count, dests, device=None, verify=None, progress=N
 
 
 def load_lists(reader_handle, count, indices, pointers, lengths, device=None, verify=None, progress=None):
-    """load_table over three lists (index, pointer, bytes): a whole-file
-    load fills the C tables with one slice assignment each and needs no
-    selection mask, instead of three Python stores per tensor."""
-    if not indices:
+    """load_table over three sequences (index, pointer, bytes): lists, or
+    numpy arrays for pointers and lengths, and indices may be a range. The
+    C tables are filled in a few numpy steps (no Python per tensor), and a
+    whole-file load in order needs no selection mask."""
+    if not len(indices):
         return None
-    ptrs = (c_void_p * count)()
-    lens = (c_uint64 * count)()
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
     mask = None
-    if len(indices) == count and indices == list(range(count)):
-        ptrs[:] = pointers
-        lens[:] = lengths
-    else:
+    if np is None:  # the per-tensor road
+        ptrs = (c_void_p * count)()
+        lens = (c_uint64 * count)()
         mask = (ctypes.c_ubyte * count)()
         for i, p, n in zip(indices, pointers, lengths):
             ptrs[i] = p or None
             lens[i] = n
             mask[i] = 1
+    else:
+        p_in = np.asarray(pointers, dtype=np.uint64)
+        n_in = np.asarray(lengths, dtype=np.uint64)
+        if len(p_in) != len(indices) or len(n_in) != len(indices):
+            raise ValueError("load_lists: %d indices, %d pointers, %d lengths" % (len(indices), len(p_in),
+                                                                                 len(n_in)))
+        if isinstance(indices, range):
+            whole = indices == range(count)
+        else:
+            idx = np.asarray(indices, dtype=np.int64)
+            whole = len(idx) == count and bool((idx == np.arange(count)).all())
+        if whole:
+            p_arr, n_arr = np.ascontiguousarray(p_in), np.ascontiguousarray(n_in)
+        else:
+            if isinstance(indices, range):
+                idx = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
+            if len(idx) and (idx.min() < 0 or idx.max() >= count):
+                raise IndexError("load_lists: a tensor index is out of range (%d tensors)" % count)
+            p_arr = np.zeros(count, dtype=np.uint64)
+            n_arr = np.zeros(count, dtype=np.uint64)
+            m_arr = np.zeros(count, dtype=np.uint8)
+            p_arr[idx] = p_in
+            n_arr[idx] = n_in
+            m_arr[idx] = 1
+            mask = m_arr.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
+        ptrs = p_arr.ctypes.data_as(ctypes.POINTER(c_void_p))   # the arrays outlive the sink (locals)
+        lens = n_arr.ctypes.data_as(ctypes.POINTER(c_uint64))
     sink = c_void_p()
     if device is None:
         check(lib.tzr_sink_host_table_new(byref(sink), ptrs, lens, count))

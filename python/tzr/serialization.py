@@ -235,35 +235,68 @@ _GRAD_DTYPES = frozenset() if torch is None else frozenset(
 # Parameter.__new__'s Python frame (about 0.4 us a tensor).
 _MAKE_PARAM = None if torch is None else getattr(torch.Tensor, "_make_subclass", None)
 
+
+def _class_swap_works():
+    """Whether a new tensor made with requires_grad can become an
+    nn.Parameter by assigning its class (Python allows it between
+    torch.Tensor and Parameter: same instance layout). The result is what
+    Parameter(t, requires_grad) gives: a leaf of its own storage, with no
+    grad_fn, that trains, copies and pickles as a Parameter; torch's
+    constructor makes a second tensor object over the same storage for
+    it, which costs about 1 us a tensor (as much as torch.empty). Checked
+    once per process; False falls back to that constructor."""
+    if torch is None:
+        return False
+    try:
+        t = torch.empty(2, requires_grad=True)
+        t.__class__ = torch.nn.Parameter
+        return (type(t) is torch.nn.Parameter and t.is_leaf and t.requires_grad and t.grad_fn is None
+                and isinstance(t, torch.Tensor))
+    except (TypeError, RuntimeError):
+        return False
+
+
+_SWAP = None  # _class_swap_works(), once
+
 _HUGE = 2 << 20
 _MADV_HUGEPAGE = 14
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.madvise.argtypes = [c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
-def _host_tensors(todo, cols):
+def _host_tensors(todo, cols, grad=False):
     """A host tensor of its own for each index in todo (each its own
     storage, as tensorizer returns them: one tensor kept alive keeps only
-    its bytes), from the index columns. The whole 2 MiB pages inside large
-    ones are advised MADV_HUGEPAGE first: the load then takes one page
-    fault per 2 MiB, not per 4 KiB."""
-    shapes, dts, nbytes = cols.shapes, cols.dtype_bytes, cols.nbytes
+    its bytes), from the index columns; todo is a range (then it covers
+    every tensor, in order) or a list. grad: floating and complex ones are
+    made with requires_grad (they become Parameters). The whole 2 MiB pages
+    inside large ones are advised MADV_HUGEPAGE first: the load then takes
+    one page fault per 2 MiB, not per 4 KiB."""
+    shapes, dts = cols.shapes, cols.dtype_bytes
+    whole = isinstance(todo, range)
     if torch is None:
         out = [_empty(shapes[i], dts[i], "cpu") for i in todo]
     else:
         empty = torch.empty
-        kinds = set(dts) if len(todo) == len(dts) else {dts[i] for i in todo}
+        kinds = cols.dtype_set if whole else {dts[i] for i in todo}
+        sh = shapes if whole else [shapes[i] for i in todo]
         if len(kinds) == 1:  # one dtype (the usual checkpoint): no lookup per tensor
-            dt = _torch_dtype(kinds.pop())
-            out = [empty(shapes[i], dtype=dt) for i in todo]
+            dt = _torch_dtype(next(iter(kinds)))
+            if grad and dt in _GRAD_DTYPES:
+                out = [empty(s, dtype=dt, requires_grad=True) for s in sh]
+            else:
+                out = [empty(s, dtype=dt) for s in sh]
         else:
-            out = [empty(shapes[i], dtype=_torch_dtype(dts[i])) for i in todo]
-    for k, i in enumerate(todo):
-        n = nbytes[i]
-        if n >= 2 * _HUGE:
-            p = _ptr(out[k])
-            lo = (p + _HUGE - 1) // _HUGE * _HUGE
-            _libc.madvise(c_void_p(lo), (p + n - lo) // _HUGE * _HUGE, _MADV_HUGEPAGE)
+            spec = {k: (_torch_dtype(k), grad and _torch_dtype(k) in _GRAD_DTYPES) for k in kinds}
+            out = [empty(s, dtype=spec[d][0], requires_grad=spec[d][1])
+                   for s, d in zip(sh, dts if whole else [dts[i] for i in todo])]
+    nb = cols.array("nbytes")
+    big = np.flatnonzero(nb >= 2 * _HUGE) if whole else [k for k, i in enumerate(todo) if nb[i] >= 2 * _HUGE]
+    for k in big:
+        t = out[int(k)]
+        p, n = _ptr(t), int(nb[todo[int(k)]])
+        lo = (p + _HUGE - 1) // _HUGE * _HUGE
+        _libc.madvise(c_void_p(lo), (p + n - lo) // _HUGE * _HUGE, _MADV_HUGEPAGE)
     return out
 
 
@@ -363,9 +396,10 @@ class TensorDeserializer(abc.Mapping):
         self._ents = None
         sel_names = names if filter_func is None else [names[i] for i in self._sel]
         self._by_name = dict(zip(sel_names, self._sel))  # name -> index
-        self._loaded = {}
-        st = cols.structured
-        if not any(st if filter_func is None else (st[i] for i in self._sel)):
+        self._loaded = [None] * len(names)  # index -> its tensor, once loaded
+        self._nloaded = 0
+        st = cols.array("structured")
+        if not (st.any() if filter_func is None else any(st[i] for i in self._sel)):
             self._root = self._by_name  # plain names: one level, no conflicts
         else:
             self._root = {}
@@ -377,9 +411,10 @@ class TensorDeserializer(abc.Mapping):
                     if not isinstance(node, dict):
                         raise _lib.FormatError(_lib.TZR_EFORMAT, "tensor path %r conflicts with another" % (path,))
                 node[path[-1]] = i
-        nb = cols.nbytes
-        self.total_file_bytes = sum(nb)
-        self.total_tensor_bytes = self.total_file_bytes if filter_func is None else sum(nb[i] for i in self._sel)
+        nb = cols.array("nbytes")
+        self.total_file_bytes = int(nb.sum())
+        self.total_tensor_bytes = (self.total_file_bytes if filter_func is None else
+                                   int(nb[np.asarray(self._sel, dtype=np.int64)].sum()))
         if not lazy_load:
             # The reader stays open (a descriptor and the index) until
             # close(): read_tensors() may still need module indices from
@@ -393,9 +428,9 @@ class TensorDeserializer(abc.Mapping):
             self._close_file()
             # As tensorizer counts it after an eager load: bytes stored in
             # the file (a meta tensor has none).
-            meta = cols.meta
-            if any(meta):
-                self.total_tensor_bytes -= sum(nb[i] for i in self._sel if meta[i])
+            meta = cols.array("meta")
+            if meta.any():
+                self.total_tensor_bytes -= int(sum(nb[i] for i in self._sel if meta[i]))
 
     @property
     def _entries(self):
@@ -429,35 +464,53 @@ class TensorDeserializer(abc.Mapping):
         """Load the tensors of these indices that are not loaded yet, in
         one library load."""
         loaded = self._loaded
-        todo = [i for i in indices if i not in loaded] if loaded else list(indices)
-        if not todo:
+        todo = [i for i in indices if loaded[i] is None] if self._nloaded else indices
+        if not len(todo):
             return
         cols = self._cols
+        count = len(cols)
+        if not isinstance(todo, range) and len(todo) == count and todo == list(range(count)):
+            todo = range(count)
+        whole = isinstance(todo, range) and todo == range(count)
+        if not whole and isinstance(todo, range):
+            todo = list(todo)
+        # No cast and no move: the tensors become nn.Parameters as they are
+        # (what _cast does then, without its per-tensor checks).
+        direct = torch is not None and self._dtype is None and self._device.type == "cpu"
+        global _SWAP
+        if direct and _SWAP is None:
+            _SWAP = _class_swap_works()
         if self._cuda is None:
-            tensors = _host_tensors(todo, cols)
+            tensors = _host_tensors(todo, cols, direct and _SWAP)
         else:
             shapes, dts = cols.shapes, cols.dtype_bytes
             tensors = [_empty(shapes[i], dts[i], self._device) for i in todo]
         ptr = _ptr if torch is None else torch.Tensor.data_ptr
-        nb = cols.nbytes
-        self._reader.load_lists(todo, list(map(ptr, tensors)), nb if len(todo) == len(nb) else [nb[i] for i in todo],
-                                self._cuda, self._verify, self._progress)
+        nb = cols.array("nbytes")
+        self._reader.load_lists(todo, np.fromiter(map(ptr, tensors), dtype=np.uint64, count=len(tensors)),
+                                nb if whole else nb[np.asarray(todo, dtype=np.int64)], self._cuda, self._verify,
+                                self._progress)
         _check_hash_records(self._reader, todo, self._verify)
-        if torch is not None and self._dtype is None and self._device.type == "cpu":
-            # No cast and no move: straight to nn.Parameter (what _cast does
-            # then, without its per-tensor checks).
-            grad, P = _GRAD_DTYPES, torch.nn.Parameter
-            mk = _MAKE_PARAM or (lambda cls, t, g: P(t, requires_grad=g))
-            dts = cols.dtype_bytes
-            kinds = {_torch_dtype(d) for d in (set(dts) if len(todo) == len(dts) else {dts[i] for i in todo})}
-            if len(kinds) == 1:  # one dtype: requires_grad is the same for all
-                g = kinds.pop() in grad
-                loaded.update(zip(todo, [mk(P, t, g) for t in tensors]))
+        if direct:
+            if _SWAP:
+                # Made with requires_grad where their dtype trains (see
+                # _class_swap_works).
+                P = torch.nn.Parameter
+                for t in tensors:
+                    t.__class__ = P
+                out = tensors
             else:
-                loaded.update(zip(todo, [mk(P, t, t.dtype in grad) for t in tensors]))
-            return
-        for i, t in zip(todo, tensors):
-            loaded[i] = self._cast(t)
+                grad, P = _GRAD_DTYPES, torch.nn.Parameter
+                mk = _MAKE_PARAM or (lambda cls, t, g: P(t, requires_grad=g))
+                out = [mk(P, t, t.dtype in grad) for t in tensors]
+        else:
+            out = [self._cast(t) for t in tensors]
+        if whole:
+            self._loaded = out  # nothing was loaded before: whole starts from an empty table
+        else:
+            for i, t in zip(todo, out):
+                loaded[i] = t
+        self._nloaded += len(todo)
 
     def _cast(self, t):
         """The dtype cast asked for, then tensorizer's nn.Parameter."""
@@ -470,9 +523,11 @@ class TensorDeserializer(abc.Mapping):
         return torch.nn.Parameter(t, requires_grad=t.is_floating_point() or t.is_complex())
 
     def _get(self, index):
-        if index not in self._loaded:
+        t = self._loaded[index]
+        if t is None:
             self._load_missing([index])
-        return self._loaded[index]
+            t = self._loaded[index]
+        return t
 
     def _tree(self, children):
         out = {k: (self._get(v) if isinstance(v, int) else self._tree(v)) for k, v in children.items()}
@@ -572,8 +627,8 @@ class TensorDeserializer(abc.Mapping):
         seen = {}
         superseded = set()
         for e, sub, attr, cur in plan:
-            if (e.index in self._loaded or cur is None or not isinstance(cur, torch.Tensor) or cur.is_meta
-                    or not cur.is_contiguous() or cur.dtype != _dtypes.to_torch(e.dtype_bytes)
+            if (self._loaded[e.index] is not None or cur is None or not isinstance(cur, torch.Tensor)
+                    or cur.is_meta or not cur.is_contiguous() or cur.dtype != _dtypes.to_torch(e.dtype_bytes)
                     or tuple(cur.shape) != e.shape or cur.device.type not in ("cpu", "cuda")):
                 continue
             p = cur.data_ptr()

@@ -792,7 +792,7 @@ with open_stream(keyfile, **kw) as s:
 lazy = TensorDeserializer(open_stream(template % 1, **kw), encryption=dec, verify_hash=None, num_readers=None,
                           lazy_load=True)
 assert ".vllm_tensorized_marker" in lazy and "vllm_tensorized_marker" not in lazy
-assert ".0.weight" not in lazy and "0.weight" in lazy and not lazy._loaded  # lookups load nothing
+assert ".0.weight" not in lazy and "0.weight" in lazy and lazy._nloaded == 0  # lookups load nothing
 lazy.close()
 stream = open_stream(template % 0, **kw)
 with TensorDeserializer(stream, verify_hash=None, encryption=dec, num_readers=None, device="cpu") as state:

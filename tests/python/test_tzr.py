@@ -599,6 +599,87 @@ def names_shapes_dtypes_from_bulk_index():
     d.close()
 
 
+def check_results(d, want):
+    """Every tensor of d as tensorizer returns it: an nn.Parameter leaf
+    with its own storage (no two share or overlap), requires_grad exactly
+    for floating and complex dtypes, holding the bytes written."""
+    spans = []
+    for name, t in d.items():
+        w = want[name]
+        assert type(t) is torch.nn.Parameter and t.is_leaf and t.grad_fn is None, name
+        assert t.requires_grad == (w.is_floating_point() or w.is_complex()), (name, t.requires_grad)
+        assert t.dtype == w.dtype and t.shape == w.shape and raw(t) == raw(w), name
+        st = t.storage()
+        assert st.size() == t.numel() and st.data_ptr() == t.data_ptr(), (name, st.size(), t.numel())
+        if t.numel():
+            spans.append((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name))
+    spans.sort()
+    for (a0, a1, an), (b0, b1, bn) in zip(spans, spans[1:]):
+        assert a1 <= b0, "%r and %r overlap" % (an, bn)
+    assert len(spans) == sum(1 for w in want.values() if w.numel())
+
+
+@case
+def results_own_storage_and_grad():
+    # 300 tensors of six dtypes (the bulk index road), loaded whole, lazily
+    # one by one then the rest, and with the Parameters made by torch's
+    # constructor instead of a class change (the fallback).
+    from tzr import serialization
+    kinds = [torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64, torch.uint8]
+    g = torch.Generator().manual_seed(3)
+    want = {}
+    for i in range(300):
+        dt = kinds[i % len(kinds)]
+        shape = (i % 4, 3) if i % 7 else ()
+        want["m.%d.%s" % (i, str(dt)[6:])] = (torch.randn(shape, generator=g) * 50).to(dt)
+    path = os.path.join(TMP, "own_storage.tensors")
+    with tzr.TensorSerializer(path) as w:
+        w.write_state_dict(want)
+    with tzr.TensorDeserializer(path, device="cpu") as d:
+        check_results(d, want)
+        p = d["m.0.float32"]
+        (p * 2).sum().backward()
+        assert torch.equal(p.grad, torch.full_like(p, 2.0)) and d["m.1.bfloat16"].grad is None
+        with torch.no_grad():
+            p.add_(1)
+        assert not torch.equal(d["m.6.float32"].detach(), p.detach())
+    with tzr.TensorDeserializer(path, device="cpu", lazy_load=True) as d:
+        for n in ("m.5.uint8", "m.1.bfloat16", "m.296.int64"):
+            assert raw(d[n]) == raw(want[n]) and type(d[n]) is torch.nn.Parameter, n
+        check_results(d, want)
+    old = serialization._SWAP
+    try:
+        serialization._SWAP = False
+        with tzr.TensorDeserializer(path, device="cpu") as d:
+            check_results(d, want)
+    finally:
+        serialization._SWAP = old
+    with tzr.TensorDeserializer(path, device="cpu", filter_func=lambda n: n.endswith("float32")) as d:
+        sub = {n: t for n, t in want.items() if n.endswith("float32")}
+        assert sorted(d) == sorted(sub) and d.total_tensor_bytes == sum(t.numel() * 4 for t in sub.values())
+        check_results(d, sub)
+
+
+@case
+def names_split_in_one_pass():
+    # _core._split_names against decoding each name on its own: ASCII,
+    # UTF-8, bytes that are not UTF-8, empty names, names right next to one
+    # another, and a NUL inside a name (None: the caller slices instead).
+    import random
+    rnd = random.Random(5)
+    pieces = [b"a.w", "\u00e9t\u00e9".encode(), b"\xe6\x97", b"", b"\xff\xfe.x", "\u65e5".encode() + b"\x80", b"z"]
+    for trial in range(50):
+        names = [rnd.choice(pieces) + rnd.choice(pieces) for _ in range(rnd.randrange(1, 40))]
+        blob, offs = b"", []
+        for nm in names:
+            blob += bytes(rnd.randrange(256) for _ in range(rnd.choice((0, 1, 5))))
+            offs.append(len(blob))
+            blob += nm
+        got = _core._split_names(blob, np.array(offs, dtype=np.int64), np.array([len(x) for x in names], np.int64))
+        assert got == [x.decode("utf-8", "surrogateescape") for x in names], (trial, names, got)
+    assert _core._split_names(b"ab\0cd", np.array([0, 3]), np.array([3, 2])) is None
+
+
 golden_cases()
 shutil.rmtree(TMP, ignore_errors=True)
 finish()
