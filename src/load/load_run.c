@@ -219,6 +219,9 @@ static uint8_t *piece_bytes(pipeline *p, piece *pc) {
 
 static pthread_mutex_t *tensor_lock(pipeline *p, size_t tensor) { return &p->tensor_locks[tensor % TENSOR_LOCKS]; }
 
+/* The piece's CRC32 is computed apart (run_unit) and only combined here. */
+static int early_crc(const pipeline *p, const piece *pc) { return p->piece_crc && pc->len >= EARLY_CRC_MIN; }
+
 /* Hash pieces of one tensor strictly in order, delivering each after its
  * hash. Called with the piece that may be next; parks it otherwise. */
 static int hash_in_order(pipeline *p, piece *pc) {
@@ -244,7 +247,11 @@ static int hash_in_order(pipeline *p, piece *pc) {
             t->hs_live = rc == 0;
             if (rc) rc = load_tensor_fail(p, rc, pc->tensor), skip = 1;
         }
-        if (!rc && !skip) tzr_hasher_update(&t->hs, bytes, (size_t)pc->len);
+        if (!rc && !skip) {
+            /* A tensor that still wants SHA-256 (no CRC32 stored) hashes the bytes. */
+            if (early_crc(p, pc) && !t->hs.want_sha) tzr_hasher_add_crc(&t->hs, p->piece_crc[pc - p->pieces], pc->len);
+            else tzr_hasher_update(&t->hs, bytes, (size_t)pc->len);
+        }
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
         if (!rc && !skip && pc->toff + pc->len == info->uncompressed_length) {
             t->hs_live = 0;
@@ -542,6 +549,8 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
             return rc;
         }
         if (p->verify) {
+            if (early_crc(p, pc) && !load_is_bad(p, pc->tensor))
+                p->piece_crc[pc - p->pieces] = tzr_crc32(0, piece_bytes(p, pc), (size_t)pc->len);
             rc = hash_in_order(p, pc);
         } else {
             rc = deliver(p, pc, bytes, s);
