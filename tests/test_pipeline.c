@@ -157,15 +157,30 @@ static void fake_async_sink(void) {
 }
 
 
-/* The CRC32 level: large pieces are hashed apart by the threads that read
- * them and combined in order. Every read size (pieces below and above the
- * size that takes that path), thread count and sink (the fake one poisons
- * staging after each fence) loads the right bytes and verifies clean. */
+/* Progress: never backwards, never past the total, and at the total at the end. */
+typedef struct prog {
+    uint64_t last, total;
+    int backwards;
+} prog;
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total) {
+    prog *g = ctx;
+    if (done < g->last || done > total) g->backwards = 1;
+    g->last = done;
+    g->total = total;
+}
+
+/* Verified loads, both levels. At the CRC32 level large pieces are hashed
+ * apart by the threads that read them and combined in order. Every read
+ * size (pieces below and above the size that takes that path), thread
+ * count and sink (the fake one poisons staging after each fence) loads
+ * the right bytes, verifies clean and reports progress to the total. */
 static void crc32_level_loads(void) {
     size_t chunks[] = {4096, 65536, 200000, 1 << 20};
     int threads[] = {1, 3, 4, 2};
     for (size_t c = 0; c < 4; c++)
-        for (int sink_kind = 0; sink_kind < 3; sink_kind += 2) {
+        for (int sink_kind = 0; sink_kind < 3; sink_kind += 2)
+            for (int level = 0; level < 2; level++) {
             tzr_reader *r = open_r(plain_path, NULL, 1);
             if (!r) return;
             fake_sink *f;
@@ -175,12 +190,16 @@ static void crc32_level_loads(void) {
             o.ring_bytes = 4 * chunks[c];
             o.threads = threads[c];
             o.verify = 1;
-            o.verify_level = TZR_VERIFY_CRC32;
+            o.verify_level = level ? TZR_VERIFY_CRC32 : TZR_VERIFY_FULL;
             order ord = {0};
             o.on_tensor = on_tensor;
             o.on_tensor_ctx = &ord;
+            prog g = {0};
+            o.progress = on_progress;
+            o.progress_ctx = &g;
             CHECK_OK(tzr_load(r, sink, &o, NULL));
             CHECK(!ord.bad_order && ord.calls == tzr_reader_count(r));
+            CHECK(!g.backwards && g.total > (40u << 20) && g.last == g.total);
             if (f) {
                 CHECK(f->violations == 0);
                 for (size_t i = 0; i < tzr_reader_count(r); i++) {
