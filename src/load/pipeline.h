@@ -13,7 +13,9 @@
  * (straight into the destination when the sink allows it and the unit is a
  * single piece), decrypt each piece in place, hash pieces in tensor order
  * (SHA-256 is sequential; a piece that arrives early is parked and hashed
- * by whoever hashes its predecessor), submit to the sink, fence. A tensor
+ * by whoever hashes its predecessor; at the CRC32 level a large piece's
+ * CRC32 is computed before, by its reader, and only combined in order),
+ * submit to the sink, fence. A tensor
  * is complete once every unit holding its pieces has passed its fence;
  * completions are reported in index order. The first error wins: it is
  * saved, everything else stops, and it is returned to the caller.
