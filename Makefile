@@ -11,7 +11,7 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -Wno-unuse
 # include path, so files include each other's headers by name.
 SRC_DIRS := $(sort $(dir $(wildcard src/*/*.c src/*/*.h)))
 SRC_INCLUDES := $(addprefix -I,$(SRC_DIRS:%/=%))
-PKGS = libsodium libcrypto libdeflate jansson libcurl libzstd
+PKGS = libsodium libcrypto libisal zlib jansson libcurl libzstd
 # The flags below come from pkg-config when the Makefile is read. Reading
 # it installs nothing: `make deps` (and `make test`, `make demo`, which
 # call it first and then build in a fresh make) run scripts/deps.sh; a

@@ -6,7 +6,7 @@ set -u
 kind=${1:-build}
 # tests/build_test.sh: which make goals reach this script.
 [ -n "${TZR_DEPS_LOG:-}" ] && echo "$kind" >> "$TZR_DEPS_LOG"
-build_pkgs="gcc make pkg-config libssl-dev libsodium-dev libdeflate-dev libjansson-dev libcurl4-openssl-dev libzstd-dev"
+build_pkgs="gcc make pkg-config libssl-dev libsodium-dev libisal-dev zlib1g-dev libjansson-dev libcurl4-openssl-dev libzstd-dev"
 test_pkgs="clang libclang-rt-14-dev openmpi-bin libopenmpi-dev python3 python3-torch python3-numpy python3-pip python3-setuptools curl nginx-light swift swift-proxy swift-account swift-container swift-object python3-swiftclient"
 pkgs=$build_pkgs
 [ "$kind" = test ] && pkgs="$build_pkgs $test_pkgs"

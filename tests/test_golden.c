@@ -63,12 +63,14 @@ static void golden_reads(void) {
 }
 
 /* The pipelined load of every golden file, headers not read at open, not
- * verified (plaintext headers read with data are then checked, not kept)
- * and verified: bytes and module indices as tensorizer's manifest says. */
+ * verified (plaintext headers read with data are then checked, not kept),
+ * verified, and verified at the CRC32 level on three threads (against the
+ * CRC32s tensorizer stored): bytes and module indices as tensorizer's
+ * manifest says. */
 static void golden_pipeline_loads(void) {
     size_t known = 0; /* module indices learnt from headers only checked */
     for (int f = 0; f < NG; f++)
-        for (int verify = 0; verify < 2; verify++) {
+        for (int verify = 0; verify < 3; verify++) {
             char path[512];
             golden_path(&G[f], path, sizeof path);
             tzr_reader_options o = TZR_READER_OPTIONS_INIT;
@@ -83,7 +85,13 @@ static void golden_pipeline_loads(void) {
             if (!r) continue;
             tzr_sink *sink = NULL;
             CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
-            CHECK_OK(tzr_load(r, sink, NULL, NULL));
+            tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+            if (verify == 2) {
+                lo.verify_level = TZR_VERIFY_CRC32;
+                lo.chunk_bytes = 65536;
+                lo.threads = 3;
+            }
+            CHECK_OK(tzr_load(r, sink, &lo, NULL));
             for (size_t i = 0; i < G[f].n && i < tzr_reader_count(r); i++) {
                 const golden_tensor *e = &G[f].t[i];
                 const tzr_tensor_info *t = tzr_reader_tensor(r, i);

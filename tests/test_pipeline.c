@@ -157,6 +157,66 @@ static void fake_async_sink(void) {
 }
 
 
+/* Progress: never backwards, never past the total, and at the total at the end. */
+typedef struct prog {
+    uint64_t last, total;
+    int backwards;
+} prog;
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total) {
+    prog *g = ctx;
+    if (done < g->last || done > total) g->backwards = 1;
+    g->last = done;
+    g->total = total;
+}
+
+/* Verified loads, both levels. At the CRC32 level large pieces are hashed
+ * apart by the threads that read them and combined in order. Every read
+ * size (pieces below and above the size that takes that path), thread
+ * count and sink (the fake one poisons staging after each fence) loads
+ * the right bytes, verifies clean and reports progress to the total. */
+static void crc32_level_loads(void) {
+    size_t chunks[] = {4096, 65536, 200000, 1 << 20};
+    int threads[] = {1, 3, 4, 2};
+    for (size_t c = 0; c < 4; c++)
+        for (int sink_kind = 0; sink_kind < 3; sink_kind += 2)
+            for (int level = 0; level < 2; level++) {
+            tzr_reader *r = open_r(plain_path, NULL, 1);
+            if (!r) return;
+            fake_sink *f;
+            tzr_sink *sink = new_sink(sink_kind, tzr_reader_count(r), &f);
+            tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+            o.chunk_bytes = chunks[c];
+            o.ring_bytes = 4 * chunks[c];
+            o.threads = threads[c];
+            o.verify = 1;
+            o.verify_level = level ? TZR_VERIFY_CRC32 : TZR_VERIFY_FULL;
+            order ord = {0};
+            o.on_tensor = on_tensor;
+            o.on_tensor_ctx = &ord;
+            prog g = {0};
+            o.progress = on_progress;
+            o.progress_ctx = &g;
+            CHECK_OK(tzr_load(r, sink, &o, NULL));
+            CHECK(!ord.bad_order && ord.calls == tzr_reader_count(r));
+            CHECK(!g.backwards && g.total > (40u << 20) && g.last == g.total);
+            if (f) {
+                CHECK(f->violations == 0);
+                for (size_t i = 0; i < tzr_reader_count(r); i++) {
+                    uint64_t len;
+                    int meta;
+                    uint8_t *want = gen_expected(&plain_spec, i, &len, &meta);
+                    CHECK(f->dst[i] && f->len[i] == len && memcmp(f->dst[i], want, len) == 0);
+                    free(want);
+                }
+            } else {
+                check_host(sink, r, &plain_spec);
+            }
+            tzr_sink_free(sink);
+            tzr_reader_free(r);
+        }
+}
+
 /* ---- faulty source ---------------------------------------------------- */
 typedef struct faulty {
     tzr_source base;
@@ -318,33 +378,44 @@ static void read_errors(void) {
         }
 }
 
+/* One byte flipped in a copy: in the middle of tensor 20 (small, one
+ * piece), or of tensor 21 (3 MiB, many pieces) at its first, a middle or
+ * its last byte. Both verify levels, both sinks, fail naming the tensor. */
 static void hash_mismatch(void) {
-    /* Flip one byte in the middle of tensor 20's data in a copy. */
-    size_t n;
-    uint8_t *bytes = check_read_file(plain_path, &n);
-    tzr_reader *probe = open_r(plain_path, NULL, 0);
-    const tzr_tensor_info *t = tzr_reader_tensor(probe, 20);
-    bytes[t->data_offset + t->data_length / 2] ^= 0x40;
-    tzr_reader_free(probe);
-    for (int sink_kind = 0; sink_kind < 2; sink_kind++) {
-        tzr_source *src;
-        CHECK_OK(tzr_source_open_memory(&src, bytes, n, "corrupt.tensors"));
-        tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
-        ro.verify = 1;
-        tzr_reader *r;
-        CHECK_OK(tzr_reader_open_source(&r, src, &ro));
-        tzr_sink *sink;
-        if (sink_kind == 0) CHECK_OK(tzr_sink_null_new(&sink));
-        else CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
-        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
-        o.chunk_bytes = 65536;
-        o.threads = 4;
-        CHECK_RC(tzr_load(r, sink, &o, NULL), TZR_EHASH);
-        CHECK(strstr(tzr_last_error(), "layers.20.weight") != NULL);
-        tzr_sink_free(sink);
-        tzr_reader_free(r);
+    struct { size_t tensor; int where; const char *name; } flips[] = {
+        {20, 1, "layers.20.weight"}, {21, 0, "layers.21.weight"}, {21, 1, "layers.21.weight"},
+        {21, 2, "layers.21.weight"}};
+    for (size_t k = 0; k < sizeof flips / sizeof flips[0]; k++) {
+        size_t n;
+        uint8_t *bytes = check_read_file(plain_path, &n);
+        tzr_reader *probe = open_r(plain_path, NULL, 0);
+        const tzr_tensor_info *t = tzr_reader_tensor(probe, flips[k].tensor);
+        uint64_t at = flips[k].where == 0 ? 0 : flips[k].where == 1 ? t->data_length / 2 : t->data_length - 1;
+        bytes[t->data_offset + at] ^= 0x40;
+        tzr_reader_free(probe);
+        for (int level = 0; level < 2; level++)
+            for (int sink_kind = 0; sink_kind < 2; sink_kind++) {
+                tzr_source *src;
+                CHECK_OK(tzr_source_open_memory(&src, bytes, n, "corrupt.tensors"));
+                tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+                ro.verify = 1;
+                tzr_reader *r;
+                CHECK_OK(tzr_reader_open_source(&r, src, &ro));
+                tzr_sink *sink;
+                if (sink_kind == 0) CHECK_OK(tzr_sink_null_new(&sink));
+                else CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+                tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+                o.chunk_bytes = 65536;
+                o.threads = 4;
+                o.verify_level = level ? TZR_VERIFY_CRC32 : TZR_VERIFY_FULL;
+                CHECK_RC(tzr_load(r, sink, &o, NULL), TZR_EHASH);
+                CHECKF(strstr(tzr_last_error(), flips[k].name) && strstr(tzr_last_error(), "crc32 mismatch"),
+                       "flip %zu level %d: %s", k, level, tzr_last_error());
+                tzr_sink_free(sink);
+                tzr_reader_free(r);
+            }
+        free(bytes);
     }
-    free(bytes);
 }
 
 /* ---- loads that go on past bad tensors (on_tensor_error) ------------- */
@@ -810,6 +881,7 @@ int main(void) {
     RUN(host_load_variants);
     RUN(encrypted_load);
     RUN(fake_async_sink);
+    RUN(crc32_level_loads);
     RUN(packed_reads);
     RUN(read_errors);
     RUN(hash_mismatch);

@@ -99,6 +99,7 @@ static void pipeline_free(pipeline *p) {
     if (p->hdr_want != p->want) free(p->hdr_want);
     free(p->want);
     free(p->pieces);
+    free(p->piece_crc);
     free(p->units);
     free(p->slots);
     pthread_mutex_destroy(&p->slot_lock);
@@ -362,6 +363,10 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             break;
         }
     if (!rc) rc = load_plan(p, &pol);
+    /* Encrypted files are left out: their tensors carry no CRC32. */
+    if (!rc && p->verify && !p->verify_sha && !tzr_reader_encrypted(r) &&
+        !(p->piece_crc = malloc((p->npieces ? p->npieces : 1) * sizeof *p->piece_crc)))
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
     if (!rc) rc = size_ring(p, &pol, src, nthreads);
     if (!rc) rc = bind_destinations(p);
     if (rc) {

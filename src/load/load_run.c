@@ -156,9 +156,13 @@ int load_retire_unit(pipeline *p, size_t u) {
 }
 
 static void progress(pipeline *p, uint64_t add) {
-    uint64_t done = atomic_fetch_add(&p->bytes_done, add) + add;
-    if (!p->opt->progress) return;
+    if (!p->opt->progress) {
+        atomic_fetch_add(&p->bytes_done, add);
+        return;
+    }
+    /* Counted under the lock: callers see the count only go up. */
     pthread_mutex_lock(&p->progress_lock);
+    uint64_t done = atomic_fetch_add(&p->bytes_done, add) + add;
     p->opt->progress(p->opt->progress_ctx, done, p->total_bytes);
     pthread_mutex_unlock(&p->progress_lock);
 }
@@ -219,20 +223,29 @@ static uint8_t *piece_bytes(pipeline *p, piece *pc) {
 
 static pthread_mutex_t *tensor_lock(pipeline *p, size_t tensor) { return &p->tensor_locks[tensor % TENSOR_LOCKS]; }
 
+/* The piece's CRC32 is computed apart (run_unit) and only combined here. */
+static int early_crc(const pipeline *p, const piece *pc) { return p->piece_crc && pc->len >= EARLY_CRC_MIN; }
+
 /* Hash pieces of one tensor strictly in order, delivering each after its
- * hash. Called with the piece that may be next; parks it otherwise. */
-static int hash_in_order(pipeline *p, piece *pc) {
+ * hash. Called with the piece that may be next; parks it otherwise. Adds
+ * the bytes it delivers to *delivered (the caller reports progress once a
+ * unit). A tensor of one piece has nothing to order: no lock (on
+ * many-tensor files the locks, shared by index, were contended). */
+static int hash_in_order(pipeline *p, piece *pc, uint64_t *delivered) {
     thash *t = &p->th[pc->tensor];
     pthread_mutex_t *lock = tensor_lock(p, pc->tensor);
-    pthread_mutex_lock(lock);
-    if (t->hashing || t->hashed_upto != pc->toff) {
-        pc->next_parked = t->parked;
-        t->parked = pc;
+    int alone = p->ts[pc->tensor].pieces_total == 1;
+    if (!alone) {
+        pthread_mutex_lock(lock);
+        if (t->hashing || t->hashed_upto != pc->toff) {
+            pc->next_parked = t->parked;
+            t->parked = pc;
+            pthread_mutex_unlock(lock);
+            return 0;
+        }
+        t->hashing = 1;
         pthread_mutex_unlock(lock);
-        return 0;
     }
-    t->hashing = 1;
-    pthread_mutex_unlock(lock);
     int rc = 0;
     while (pc) {
         int s = (int)(pc->unit % (size_t)p->nslots);
@@ -244,7 +257,11 @@ static int hash_in_order(pipeline *p, piece *pc) {
             t->hs_live = rc == 0;
             if (rc) rc = load_tensor_fail(p, rc, pc->tensor), skip = 1;
         }
-        if (!rc && !skip) tzr_hasher_update(&t->hs, bytes, (size_t)pc->len);
+        if (!rc && !skip) {
+            /* A tensor that still wants SHA-256 (no CRC32 stored) hashes the bytes. */
+            if (early_crc(p, pc) && !t->hs.want_sha) tzr_hasher_add_crc(&t->hs, p->piece_crc[pc - p->pieces], pc->len);
+            else tzr_hasher_update(&t->hs, bytes, (size_t)pc->len);
+        }
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
         if (!rc && !skip && pc->toff + pc->len == info->uncompressed_length) {
             t->hs_live = 0;
@@ -252,12 +269,13 @@ static int hash_in_order(pipeline *p, piece *pc) {
             if (rc) rc = load_tensor_fail(p, rc, pc->tensor);
         }
         if (!rc) rc = deliver(p, pc, bytes, s);
-        if (!rc) progress(p, piece_delivers(p, pc));
+        if (!rc) *delivered += piece_delivers(p, pc);
         if (!rc) rc = unit_piece_done(p, pc->unit, s);
         if (rc) {
             load_fail_at(p, rc, pc->tensor);
             /* Keep draining so parked pieces do not hold slots forever. */
         }
+        if (alone) break;
         pthread_mutex_lock(lock);
         t->hashed_upto = pc->toff + pc->len;
         piece *next = NULL, **pp = &t->parked;
@@ -542,7 +560,10 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
             return rc;
         }
         if (p->verify) {
-            rc = hash_in_order(p, pc);
+            if (early_crc(p, pc) && !load_is_bad(p, pc->tensor))
+                p->piece_crc[pc - p->pieces] = tzr_crc32(0, piece_bytes(p, pc), (size_t)pc->len);
+            rc = hash_in_order(p, pc, &delivered);
+            if (!rc && k + 1 == un->count) progress(p, delivered);
         } else {
             rc = deliver(p, pc, bytes, s);
             delivered += piece_delivers(p, pc);

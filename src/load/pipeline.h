@@ -13,7 +13,9 @@
  * (straight into the destination when the sink allows it and the unit is a
  * single piece), decrypt each piece in place, hash pieces in tensor order
  * (SHA-256 is sequential; a piece that arrives early is parked and hashed
- * by whoever hashes its predecessor), submit to the sink, fence. A tensor
+ * by whoever hashes its predecessor; at the CRC32 level a large piece's
+ * CRC32 is computed before, by its reader, and only combined in order),
+ * submit to the sink, fence. A tensor
  * is complete once every unit holding its pieces has passed its fence;
  * completions are reported in index order. The first error wins: it is
  * saved, everything else stops, and it is returned to the caller.
@@ -55,6 +57,11 @@
 #define MAX_THREADS 64
 #define MAX_FORCED_SLOT ((size_t)64 << 20)
 #define TENSOR_LOCKS 64
+/* CRC32-level loads: pieces from this size on have their CRC32 computed
+ * by the thread that read them, right after the read (the bytes still in
+ * cache, all threads at once), and only combined in tensor order; smaller
+ * ones are hashed in order as they are (the combine would cost more). */
+#define EARLY_CRC_MIN ((uint64_t)64 << 10)
 /* A compressed tensor's first read carries its header up to this size. */
 #define MAX_INLINE_HEADER ((uint64_t)64 << 10)
 /* Tensors per phase-1 task (headers read in batches of consecutive
@@ -147,6 +154,7 @@ typedef struct pipeline {
                                those no unit of the tensor will carry */
     piece *pieces;
     size_t npieces;
+    uint32_t *piece_crc;    /* CRC32-level loads of plaintext files: see EARLY_CRC_MIN */
     unit *units;
     size_t nunits;
     slot *slots;
