@@ -719,6 +719,71 @@ static void host_one_block(void) {
     unlink(big_path);
 }
 
+/* A host sink that gives no place in its memory for every third tensor:
+ * a coalesced unit holding one is staged and its pieces submitted, the
+ * others are scattered in place; every byte must land either way. */
+typedef struct partial_sink {
+    tzr_sink base;
+    tzr_sink *host;
+    int refuse;
+    atomic_int submits;
+} partial_sink;
+
+static int partial_begin(tzr_sink *s, size_t i, const tzr_tensor_info *t) {
+    tzr_sink *h = ((partial_sink *)s)->host;
+    return h->begin_tensor(h, i, t);
+}
+static int partial_reserve(tzr_sink *s, size_t count, uint64_t bytes) {
+    tzr_sink *h = ((partial_sink *)s)->host;
+    return h->reserve(h, count, bytes);
+}
+static void *partial_direct(tzr_sink *s, size_t i, uint64_t off, uint64_t len) {
+    partial_sink *ps = (partial_sink *)s;
+    return ps->refuse && i % 3 == 1 ? NULL : ps->host->direct(ps->host, i, off, len);
+}
+static int partial_submit(tzr_sink *s, int slot, size_t i, uint64_t off, const void *src, size_t len) {
+    partial_sink *ps = (partial_sink *)s;
+    atomic_fetch_add(&ps->submits, 1);
+    return ps->host->submit(ps->host, slot, i, off, src, len);
+}
+static void partial_destroy(tzr_sink *s) { free(s); }
+
+static void scatter_fallback(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/scatter-fallback.tensors", check_tmpdir());
+    gen_spec small = {600, 64, 2000, 0, NULL};
+    CHECK_OK(gen_write(&small, path));
+    for (int refuse = 0; refuse < 2; refuse++) {
+        tzr_reader *r = NULL;
+        CHECK_OK(tzr_reader_open(&r, path, NULL));
+        if (!r) return;
+        partial_sink *ps = calloc(1, sizeof *ps);
+        CHECK_OK(tzr_sink_host_new(&ps->host, NULL, NULL));
+        ps->refuse = refuse;
+        ps->base.begin_tensor = partial_begin;
+        ps->base.reserve = partial_reserve;
+        ps->base.direct = partial_direct;
+        ps->base.submit = partial_submit;
+        ps->base.destroy = partial_destroy;
+        ps->base.name = "partial";
+        ps->base.struct_size = sizeof ps->base;
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.chunk_bytes = 64 << 10; /* several coalesced units, each with refused tensors */
+        o.threads = 2;
+        CHECK_OK(tzr_load(r, &ps->base, &o, NULL));
+        check_host(ps->host, r, &small);
+        /* Every place given: all scattered, nothing submitted; every third
+         * refused: the units holding them staged, all their pieces
+         * submitted (more than the 200 refused). */
+        if (refuse) CHECK(atomic_load(&ps->submits) > 200);
+        else CHECK(atomic_load(&ps->submits) == 0);
+        tzr_sink_free(ps->host);
+        free(ps);
+        tzr_reader_free(r);
+    }
+    unlink(path);
+}
+
 /* File offset of index entry k in a .tensors file's bytes, by the
  * format's layout (u16 name length, name, u8 type, u8 dtype length, dtype,
  * u8 ndim, u32 dims, three u64), from the entries at offset 73. */
@@ -934,6 +999,7 @@ int main(void) {
     RUN(direct_io);
     RUN(open_reads);
     RUN(index_window);
+    RUN(scatter_fallback);
     RUN(host_one_block);
     return check_done();
 }

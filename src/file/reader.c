@@ -37,6 +37,14 @@ const char *tzr_reader_what(const tzr_reader *r, size_t i, char *buf, size_t cap
 
 int tzr_reader_verifying(const tzr_reader *r) { return r->verify; }
 
+int tzr_reader_totals(const tzr_reader *r, uint64_t *nbytes, uint64_t *stored, size_t *empty) {
+    if (!r->totals_known) return 1;
+    *nbytes = r->total_nbytes;
+    *stored = r->total_stored;
+    *empty = r->total_empty;
+    return 0;
+}
+
 /* A bucket holds the high half of the name's hash beside the index, so a
  * probe compares names only when those agree: most probes then never touch
  * the tensor table, whose entries are far apart in memory. */
@@ -666,6 +674,7 @@ static int parse_entries(tzr_reader *r, index_window *w, size_t *pos, uint64_t *
             rc = load_entry(r, i, &e, TZR_PROLOGUE_LEN + at, data_start, prev_end, &dims_used, &memo);
         }
         if (rc) return rc;
+        reader_count_tensor(r, &r->t[i].info);
         if (!tzr_add_ok(*data_sum, e.data_length, data_sum)) *data_sum = UINT64_MAX;
     }
     return 0;
@@ -683,6 +692,7 @@ static int parse_index(tzr_reader *r, index_window *w, size_t *end, uint64_t *re
     r->strings.block_size = (size_t)len + 64; /* names and dtypes fit in the index */
     size_t pos = 0;
     uint64_t prev_end = 0, data_sum = 0;
+    r->totals_known = 1;
     int rc = parse_entries(r, w, &pos, &prev_end, &data_sum);
     if (rc) return rc;
     size_t dup, other;

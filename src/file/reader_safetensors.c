@@ -46,6 +46,7 @@ int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len)
     r->strings.block_size = names + 64 * 16 + 64;
     if (!r->t || !r->dims || !r->buckets) rc = tzr_fail(TZR_ENOMEM, "out of memory for %zu tensors", n);
     size_t dims_used = 0;
+    r->totals_known = 1;
     for (size_t i = 0; i < n && !rc; i++) { /* file order: tzr_st_get is sorted by offset */
         const tzr_st_tensor *st = tzr_st_get(f, i);
         tensor_slot *s = &r->t[i];
@@ -85,6 +86,7 @@ int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len)
         t->byte_planes = 1;
         s->hdr = &r->st_header;
         s->hdr_bytes = (uint8_t *)&r->st_header; /* "read": there is nothing to read */
+        reader_count_tensor(r, t);
     }
     size_t dup, other;
     if (!rc && reader_index_names(r, &dup, &other))
