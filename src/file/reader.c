@@ -683,11 +683,12 @@ static int parse_entries(tzr_reader *r, index_window *w, size_t *pos, uint64_t *
 static int parse_index(tzr_reader *r, index_window *w, size_t *end, uint64_t *records_end, uint64_t *data_bytes) {
     uint64_t n = r->fh.tensor_count, len = w->total;
     r->n = (size_t)n;
-    r->t = tzr_calloc_big(n ? n : 1, sizeof *r->t);
+    r->t = tzr_map_zeroed(n ? n : 1, sizeof *r->t);
+    r->t_cap = n ? n : 1;
     r->dims = tzr_alloc_big(((size_t)(len / 4) + 1) * sizeof *r->dims); /* filled as entries parse */
     r->nbuckets = 16;
     while (r->nbuckets < 2 * n) r->nbuckets *= 2;
-    r->buckets = tzr_calloc_big(r->nbuckets, sizeof *r->buckets);
+    r->buckets = tzr_map_zeroed(r->nbuckets, sizeof *r->buckets);
     if (!r->t || !r->dims || !r->buckets) return tzr_fail(TZR_ENOMEM, "out of memory for %llu tensors", (unsigned long long)n);
     r->strings.block_size = (size_t)len + 64; /* names and dtypes fit in the index */
     size_t pos = 0;
@@ -926,9 +927,9 @@ void tzr_reader_free(tzr_reader *r) {
     if (!r) return;
     tzr_arena_free(&r->strings);
     tzr_arena_free(&r->headers);
-    free(r->t);
+    tzr_unmap_zeroed(r->t, r->t_cap, sizeof *r->t);
     free(r->dims);
-    free(r->buckets);
+    tzr_unmap_zeroed(r->buckets, r->nbuckets, sizeof *r->buckets);
     free(r->dir);
     free(r->dir_bytes);
     if (r->password) {

@@ -38,11 +38,12 @@ int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len)
     r->marker_checked = 1;
     r->records_end = r->src->size;
     r->n = n;
-    r->t = tzr_calloc_big(n ? n : 1, sizeof *r->t);
+    r->t = tzr_map_zeroed(n ? n : 1, sizeof *r->t);
+    r->t_cap = n ? n : 1;
     r->dims = tzr_alloc_big((ndims ? ndims : 1) * sizeof *r->dims);
     r->nbuckets = 16;
     while (r->nbuckets < 2 * n) r->nbuckets *= 2;
-    r->buckets = tzr_calloc_big(r->nbuckets, sizeof *r->buckets);
+    r->buckets = tzr_map_zeroed(r->nbuckets, sizeof *r->buckets);
     r->strings.block_size = names + 64 * 16 + 64;
     if (!r->t || !r->dims || !r->buckets) rc = tzr_fail(TZR_ENOMEM, "out of memory for %zu tensors", n);
     size_t dims_used = 0;

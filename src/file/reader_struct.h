@@ -42,7 +42,8 @@ struct tzr_reader {
     int crypt_info;
     int comp_info;          /* headers carry compression blocks */
     size_t n;
-    tensor_slot *t;
+    tensor_slot *t;         /* tzr_map_zeroed, t_cap slots */
+    size_t t_cap;
     uint64_t *dims;
     uint64_t *buckets;      /* open addressing: name hash tag << 32 | index+1; 0 = empty */
     size_t nbuckets;

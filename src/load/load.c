@@ -94,7 +94,7 @@ static void pipeline_free(pipeline *p) {
     free(p->bad);
     free(p->sel);
     free(p->has_sel);
-    free(p->ts);
+    tzr_unmap_zeroed(p->ts, p->n ? p->n : 1, sizeof *p->ts);
     free(p->th);
     if (p->hdr_want != p->want) free(p->hdr_want);
     free(p->want);
@@ -115,7 +115,7 @@ static void pipeline_free(pipeline *p) {
 static int select_tensors(pipeline *p) {
     const tzr_load_options *opt = p->opt;
     size_t n1 = p->n ? p->n : 1;
-    p->ts = tzr_calloc_big(n1, sizeof *p->ts);
+    p->ts = tzr_map_zeroed(n1, sizeof *p->ts);
     p->want = tzr_calloc_big(n1, 1);
     if (p->verify) p->th = tzr_calloc_big(n1, sizeof *p->th);
     int go_on = opt->struct_size >= offsetof(tzr_load_options, on_tensor_error_ctx) + sizeof(void *) &&
