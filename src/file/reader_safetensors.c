@@ -4,6 +4,7 @@
  * as they take .tensors files, from any source (local, S3, HTTP). The
  * tensors have no headers and no hashes: each one's header is empty
  * (header_offset == data_offset) and reads as st_header, all zero. */
+#include "mem.h"
 #include "reader_internal.h"
 #include "reader_struct.h"
 #include "tzr_safetensors.h"
@@ -17,7 +18,7 @@ static int parse(tzr_reader *r, const uint8_t *head, size_t head_len, tzr_st_fil
         return tzr_fail(TZR_ELIMIT, "%s: safetensors header length %llu (byte 0) is over the %llu-byte cap",
                         r->src->name, (unsigned long long)n, (unsigned long long)TZR_ST_MAX_HEADER);
     if (8 + n <= head_len) return tzr_st_parse_header(f, head, head_len, r->src->size, r->src->name);
-    uint8_t *all = malloc((size_t)(8 + n));
+    uint8_t *all = tzr_alloc_big((size_t)(8 + n)); /* huge pages: 1,900 faults fewer for a 7.8 MB header */
     if (!all) return tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte header", (unsigned long long)n);
     memcpy(all, head, head_len);
     int rc = r->src->read_at(r->src, all + head_len, (size_t)(8 + n - head_len), head_len);
