@@ -790,19 +790,195 @@ static void host_one_block(void) {
     unlink(big_path);
 }
 
+/* A host sink that gives no place in its memory for every third tensor:
+ * a coalesced unit holding one is staged and its pieces submitted, the
+ * others are scattered in place; every byte must land either way. */
+typedef struct partial_sink {
+    tzr_sink base;
+    tzr_sink *host;
+    int refuse;
+    atomic_int submits;
+} partial_sink;
+
+static int partial_begin(tzr_sink *s, size_t i, const tzr_tensor_info *t) {
+    tzr_sink *h = ((partial_sink *)s)->host;
+    return h->begin_tensor(h, i, t);
+}
+static int partial_reserve(tzr_sink *s, size_t count, uint64_t bytes) {
+    tzr_sink *h = ((partial_sink *)s)->host;
+    return h->reserve(h, count, bytes);
+}
+static void *partial_direct(tzr_sink *s, size_t i, uint64_t off, uint64_t len) {
+    partial_sink *ps = (partial_sink *)s;
+    return ps->refuse && i % 3 == 1 ? NULL : ps->host->direct(ps->host, i, off, len);
+}
+static int partial_submit(tzr_sink *s, int slot, size_t i, uint64_t off, const void *src, size_t len) {
+    partial_sink *ps = (partial_sink *)s;
+    atomic_fetch_add(&ps->submits, 1);
+    return ps->host->submit(ps->host, slot, i, off, src, len);
+}
+static void partial_destroy(tzr_sink *s) { free(s); }
+
+static void scatter_fallback(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/scatter-fallback.tensors", check_tmpdir());
+    gen_spec small = {600, 64, 2000, 0, NULL};
+    CHECK_OK(gen_write(&small, path));
+    for (int refuse = 0; refuse < 2; refuse++) {
+        tzr_reader *r = NULL;
+        CHECK_OK(tzr_reader_open(&r, path, NULL));
+        if (!r) return;
+        partial_sink *ps = calloc(1, sizeof *ps);
+        CHECK_OK(tzr_sink_host_new(&ps->host, NULL, NULL));
+        ps->refuse = refuse;
+        ps->base.begin_tensor = partial_begin;
+        ps->base.reserve = partial_reserve;
+        ps->base.direct = partial_direct;
+        ps->base.submit = partial_submit;
+        ps->base.destroy = partial_destroy;
+        ps->base.name = "partial";
+        ps->base.struct_size = sizeof ps->base;
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.chunk_bytes = 64 << 10; /* several coalesced units, each with refused tensors */
+        o.threads = 2;
+        CHECK_OK(tzr_load(r, &ps->base, &o, NULL));
+        check_host(ps->host, r, &small);
+        /* Every place given: all scattered, nothing submitted; every third
+         * refused: the units holding them staged, all their pieces
+         * submitted (more than the 200 refused). */
+        if (refuse) CHECK(atomic_load(&ps->submits) > 200);
+        else CHECK(atomic_load(&ps->submits) == 0);
+        tzr_sink_free(ps->host);
+        free(ps);
+        tzr_reader_free(r);
+    }
+    unlink(path);
+}
+
+/* File offset of index entry k in a .tensors file's bytes, by the
+ * format's layout (u16 name length, name, u8 type, u8 dtype length, dtype,
+ * u8 ndim, u32 dims, three u64), from the entries at offset 73. */
+static size_t entry_at(const uint8_t *b, size_t k) {
+    size_t at = 73;
+    for (size_t i = 0; i < k; i++) {
+        size_t nl = (size_t)b[at] | (size_t)b[at + 1] << 8;
+        size_t dl = b[at + 2 + nl + 1];
+        size_t nd = b[at + 2 + nl + 2 + dl];
+        at += 2 + nl + 2 + dl + 1 + 4 * nd + 24;
+    }
+    return at;
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+    for (int k = 0; k < 8; k++) p[k] = (uint8_t)(v >> (8 * k));
+}
+
+/* A large index on a local source is parsed through a sliding 64 KiB
+ * window: what is found past the first window is reported at its own
+ * offset, and an entry larger than the window is read whole. */
+static void index_window(void) {
+    char path[600], bad[600];
+    snprintf(path, sizeof path, "%s/window.tensors", check_tmpdir());
+    snprintf(bad, sizeof bad, "%s/window-bad.tensors", check_tmpdir());
+    gen_spec many = {3000, 64, 16, 0, NULL};
+    CHECK_OK(gen_write(&many, path));
+    size_t len = 0;
+    uint8_t *b = check_read_file(path, &len);
+    CHECK(b != NULL);
+    if (!b) return;
+    size_t e1500 = entry_at(b, 1500), e2000 = entry_at(b, 2000), e2500 = entry_at(b, 2500), e2999 = entry_at(b, 2999);
+    CHECK(e1500 > 73 + (64u << 10)); /* all past the first window */
+    char want[200];
+    tzr_reader *r = NULL;
+    /* A duplicate name: entry 2500 named as entry 1500 ("layers.1500.weight"). */
+    uint8_t *m = malloc(len);
+    memcpy(m, b, len);
+    memcpy(m + e2500 + 2, b + e1500 + 2, 18);
+    CHECK(check_write_file(bad, m, len) == 0);
+    CHECK_RC(tzr_reader_open(&r, bad, NULL), TZR_EDUP);
+    snprintf(want, sizeof want, "index entry 2500 at offset %zu", e2500);
+    CHECKF(strstr(tzr_last_error(), want) && strstr(tzr_last_error(), "also entry 1500"), "%s", tzr_last_error());
+    /* A count lowered to 2000: entry 2000 stands where padding should. */
+    memcpy(m, b, len);
+    put64(m + 57, 2000);
+    CHECK(check_write_file(bad, m, len) == 0);
+    CHECK_RC(tzr_reader_open(&r, bad, NULL), TZR_EFORMAT);
+    snprintf(want, sizeof want, "offset %zu: the index holds more entries than the 2000", e2000);
+    CHECKF(strstr(tzr_last_error(), want) != NULL, "%s", tzr_last_error());
+    /* An index region that ends inside the last entry. */
+    memcpy(m, b, len);
+    put64(m + 65, e2999 + 10 - 73);
+    CHECK(check_write_file(bad, m, len) == 0);
+    CHECK_RC(tzr_reader_open(&r, bad, NULL), TZR_EFORMAT);
+    snprintf(want, sizeof want, "index entry 2999 at offset %zu runs past the %zu-byte index", e2999, e2999 + 10 - 73);
+    CHECKF(strstr(tzr_last_error(), want) != NULL, "%s", tzr_last_error());
+    free(m);
+    free(b);
+    /* An entry larger than the window (a 65,535-byte name) past the first one. */
+    tzr_writer_options wo = TZR_WRITER_OPTIONS_INIT;
+    wo.metadata_size = 1 << 20;
+    tzr_writer *w = NULL;
+    CHECK_OK(tzr_writer_open(&w, bad, &wo));
+    char *longname = malloc(65535);
+    memset(longname, 'x', 65535);
+    uint8_t byte = 7;
+    uint64_t shape[1] = {1};
+    for (size_t i = 0; w && i < 2003; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "t.%zu", i);
+        const char *name = i == 2000 ? longname : nm;
+        size_t nlen = i == 2000 ? 65535 : strlen(nm);
+        tzr_tensor_desc d = {name, nlen, TZR_STATE_DICT, 0, NULL, 0, TZR_DTYPE_U8, 1, shape, 0, sizeof(tzr_tensor_desc)};
+        byte = (uint8_t)i;
+        CHECK_OK(tzr_writer_add(w, &d, &byte));
+    }
+    if (w) CHECK_OK(tzr_writer_close(w));
+    CHECK_OK(tzr_reader_open(&r, bad, NULL));
+    if (r) {
+        size_t at = 0;
+        CHECK(tzr_reader_count(r) == 2003);
+        CHECK_OK(tzr_reader_find(r, longname, 65535, &at));
+        CHECK(at == 2000);
+        CHECK_OK(tzr_reader_find(r, "t.2002", 6, &at));
+        CHECK(at == 2002);
+        uint8_t got = 0;
+        CHECK_OK(tzr_reader_read(r, 2002, &got, 1));
+        CHECK(got == (uint8_t)2002);
+        tzr_reader_free(r);
+    }
+    free(longname);
+    unlink(bad);
+    unlink(path);
+}
+
 /* Open reads the prologue and the start of the index together: one read
- * when the entries end within it, a second for the rest of a larger index
- * (3000 entries pass 64 KiB), which then parses as a whole; a read error
- * in that second read fails the open with the source's message. */
+ * when the entries end within it; for the rest of a larger index (3000
+ * entries pass 64 KiB) one more read where reads are requests, and on a
+ * local source reads of the first read's 64 KiB buffer, which slides
+ * along the index (no index-sized buffer); a read error in the rest fails
+ * the open with the source's message. */
 static void open_reads(void) {
     char many_path[600];
     snprintf(many_path, sizeof many_path, "%s/many-index.tensors", check_tmpdir());
     gen_spec many = {3000, 64, 16, 0, NULL};
     CHECK_OK(gen_write(&many, many_path));
     const char *paths[2] = {plain_path, many_path};
-    /* One read for the prologue and the index (two when the index outgrows
-     * the first 64 KiB), and one of the 8-byte end marker: at open from a
-     * local source, by the load (beside its data) where reads are requests. */
+    /* The index region's length (prologue offset 65) past the first read
+     * (73 + 64 KiB bytes of the file): the window reads at least
+     * rest / 64 KiB times, and at most once more per 64 KiB less an entry
+     * (each read keeps the entry cut at the window's end; these are short). */
+    size_t flen = 0;
+    uint8_t *fb = check_read_file(many_path, &flen);
+    CHECK(fb && flen > 89);
+    uint64_t mlen = 0;
+    for (int b = 0; fb && b < 8; b++) mlen |= (uint64_t)fb[65 + b] << (8 * b);
+    free(fb);
+    uint64_t rest = mlen > (64u << 10) ? mlen - (64u << 10) : 0;
+    int win_lo = (int)((rest + (64u << 10) - 1) / (64u << 10)), win_hi = (int)((rest + (63u << 10) - 1) / (63u << 10));
+    CHECK(win_lo >= 1);
+    /* One read for the prologue and the start of the index, those of the
+     * rest, and one of the 8-byte end marker: at open from a local source,
+     * by the load (beside its data) where reads are requests. */
     for (int k = 0; k < 4; k++) {
         int packed = k >= 2;
         faulty *f = wrap_faulty(paths[k % 2], UINT64_MAX, 0);
@@ -813,7 +989,9 @@ static void open_reads(void) {
         tzr_reader *r = NULL;
         CHECK_OK(tzr_reader_open_source(&r, &f->base, &ro));
         if (!r) continue;
-        CHECK(atomic_load(&f->reads) == (k % 2 == 0 ? 1 : 2) + !packed);
+        int reads = atomic_load(&f->reads);
+        if (k == 1) CHECK(reads >= 1 + win_lo + 1 && reads <= 1 + win_hi + 1);
+        else CHECK(reads == (k % 2 == 0 ? 1 : 2) + !packed);
         const gen_spec *spec = k % 2 == 0 ? &plain_spec : &many;
         CHECK(tzr_reader_count(r) == spec->count);
         tzr_sink *sink = NULL;
@@ -892,6 +1070,8 @@ int main(void) {
     RUN(filter_and_null_budget);
     RUN(direct_io);
     RUN(open_reads);
+    RUN(index_window);
+    RUN(scatter_fallback);
     RUN(host_one_block);
     return check_done();
 }

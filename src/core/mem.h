@@ -10,6 +10,11 @@ TZR_HIDDEN void tzr_advise_inside(void *p, size_t len, size_t align, int advice)
 /* Zeroed and overflow-checked; from 256 KiB on, laid out as
  * tzr_alloc_big. */
 TZR_HIDDEN void *tzr_calloc_big(size_t n, size_t size);
+/* Zeroed n * size bytes laid out as tzr_alloc_big, from a fresh mapping
+ * (no memset: its pages are zero); freed only by tzr_unmap_zeroed with the
+ * same n and size. */
+TZR_HIDDEN void *tzr_map_zeroed(size_t n, size_t size);
+TZR_HIDDEN void tzr_unmap_zeroed(void *p, size_t n, size_t size);
 /* A larger copy of p (old_len bytes kept); p is freed. NULL on failure
  * (p is then untouched). */
 TZR_HIDDEN void *tzr_grow_big(void *p, size_t old_len, size_t new_len);

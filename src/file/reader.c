@@ -37,6 +37,14 @@ const char *tzr_reader_what(const tzr_reader *r, size_t i, char *buf, size_t cap
 
 int tzr_reader_verifying(const tzr_reader *r) { return r->verify; }
 
+int tzr_reader_totals(const tzr_reader *r, uint64_t *nbytes, uint64_t *stored, size_t *empty) {
+    if (!r->totals_known) return 1;
+    *nbytes = r->total_nbytes;
+    *stored = r->total_stored;
+    *empty = r->total_empty;
+    return 0;
+}
+
 /* A bucket holds the high half of the name's hash beside the index, so a
  * probe compares names only when those agree: most probes then never touch
  * the tensor table, whose entries are far apart in memory. */
@@ -573,45 +581,131 @@ static int parse_dir(tzr_reader *r, const uint8_t *index, size_t have, size_t en
     return 0;
 }
 
-static int parse_index(tzr_reader *r, const uint8_t *index, uint64_t len, size_t *end, uint64_t *records_end,
-                       uint64_t *data_bytes) {
-    uint64_t n = r->fh.tensor_count;
+/* The index region as parse_index reads it: all of it in memory, or (a
+ * large index on a local source) a window that slides along it, refilled
+ * by reads. The window is the buffer open read the prologue into, already
+ * mapped and in cache; a whole 6 MB index (100k tensors) would be read
+ * into fresh memory, each page faulted and cleared first, then read back
+ * from RAM. It grows only for an entry larger than itself (names run to
+ * 64 KiB). */
+typedef struct index_window {
+    tzr_source *src;    /* NULL: buf holds the whole of [0, total) */
+    uint8_t *buf;       /* region bytes [base, base + len) */
+    size_t cap;         /* of buf (sliding) */
+    uint8_t *grown;     /* buf, when it had to grow: freed by the owner */
+    uint64_t base;
+    size_t len;
+    uint64_t total;     /* the region's length */
+} index_window;
+
+/* Drop the window's bytes before `keep_from` and read on after the rest. */
+static int window_slide(index_window *w, size_t keep_from) {
+    size_t keep = w->len - keep_from;
+    if (keep == w->cap) { /* one entry fills the window */
+        uint8_t *g = malloc(2 * w->cap);
+        if (!g) return tzr_fail(TZR_ENOMEM, "out of memory for the index");
+        memcpy(g, w->buf + keep_from, keep);
+        free(w->grown);
+        w->buf = w->grown = g;
+        w->cap *= 2;
+    } else {
+        memmove(w->buf, w->buf + keep_from, keep);
+    }
+    w->base += keep_from;
+    uint64_t left = w->total - (w->base + keep);
+    size_t more = w->cap - keep < left ? w->cap - keep : (size_t)left;
+    w->len = keep;
+    int rc = more ? w->src->read_at(w->src, w->buf + keep, more, TZR_PROLOGUE_LEN + w->base + keep) : 0;
+    if (rc)
+        return tzr_fail_prefix(rc, "%s: reading the index at offset %llu: ", w->src->name,
+                               (unsigned long long)(TZR_PROLOGUE_LEN + w->base + keep));
+    w->len += more;
+    return 0;
+}
+
+/* The next entry at window offset *pos (sliding the window when the entry
+ * runs past it); TZR_ETRUNC when it runs past the region. */
+static int window_entry(index_window *w, size_t *pos, tzr_index_entry *e) {
+    for (;;) {
+        tzr_cursor c = tzr_cursor_make(w->buf + *pos, w->len - *pos);
+        if (!tzr_parse_index_entry(&c, e)) {
+            *pos += c.pos;
+            return 0;
+        }
+        if (!w->src || w->base + w->len >= w->total) return TZR_ETRUNC;
+        int rc = window_slide(w, *pos);
+        if (rc) return rc;
+        *pos = 0;
+    }
+}
+
+/* Region offset of entry k (a duplicate's, for its message): read again. */
+static uint64_t entry_offset(const index_window *w, size_t k) {
+    if (!w->src) {
+        tzr_cursor d = tzr_cursor_make(w->buf, w->len);
+        tzr_index_entry e;
+        for (size_t i = 0; i < k; i++) tzr_parse_index_entry(&d, &e);
+        return d.pos;
+    }
+    index_window again = {w->src, malloc(w->cap), w->cap, NULL, 0, 0, w->total};
+    size_t pos = 0;
+    tzr_index_entry e;
+    int rc = again.buf ? window_slide(&again, 0) : TZR_ENOMEM;
+    for (size_t i = 0; i < k && !rc; i++) rc = window_entry(&again, &pos, &e);
+    free(again.grown ? again.grown : again.buf);
+    return rc ? 0 : again.base + pos;
+}
+
+/* Every entry into the tensor table: *pos ends after the last one (in the
+ * window), *prev_end where the last record ends, *data_sum their data. */
+static int parse_entries(tzr_reader *r, index_window *w, size_t *pos, uint64_t *prev_end, uint64_t *data_sum) {
+    uint64_t data_start = TZR_PROLOGUE_LEN + r->fh.metadata_len;
+    size_t dims_used = 0;
+    dtype_memo memo = {0};
+    for (size_t i = 0; i < r->n; i++) {
+        tzr_index_entry e;
+        int rc = window_entry(w, pos, &e);
+        uint64_t at = w->base + *pos; /* where the entry starts (or the window, when it ran past) */
+        if (rc == TZR_ETRUNC)
+            rc = tzr_fail(TZR_EFORMAT, "%s: index entry %zu at offset %llu runs past the %llu-byte index",
+                          r->src->name, i, (unsigned long long)(TZR_PROLOGUE_LEN + at), (unsigned long long)w->total);
+        if (!rc) {
+            at -= tzr_index_entry_size(e.name_len, e.dtype_len, e.ndim);
+            rc = load_entry(r, i, &e, TZR_PROLOGUE_LEN + at, data_start, prev_end, &dims_used, &memo);
+        }
+        if (rc) return rc;
+        reader_count_tensor(r, &r->t[i].info);
+        if (!tzr_add_ok(*data_sum, e.data_length, data_sum)) *data_sum = UINT64_MAX;
+    }
+    return 0;
+}
+
+static int parse_index(tzr_reader *r, index_window *w, size_t *end, uint64_t *records_end, uint64_t *data_bytes) {
+    uint64_t n = r->fh.tensor_count, len = w->total;
     r->n = (size_t)n;
-    r->t = tzr_calloc_big(n ? n : 1, sizeof *r->t);
+    r->t = tzr_map_zeroed(n ? n : 1, sizeof *r->t);
+    r->t_cap = n ? n : 1;
     r->dims = tzr_alloc_big(((size_t)(len / 4) + 1) * sizeof *r->dims); /* filled as entries parse */
     r->nbuckets = 16;
     while (r->nbuckets < 2 * n) r->nbuckets *= 2;
-    r->buckets = tzr_calloc_big(r->nbuckets, sizeof *r->buckets);
+    r->buckets = tzr_map_zeroed(r->nbuckets, sizeof *r->buckets);
     if (!r->t || !r->dims || !r->buckets) return tzr_fail(TZR_ENOMEM, "out of memory for %llu tensors", (unsigned long long)n);
-    tzr_cursor c = tzr_cursor_make(index, (size_t)len);
-    uint64_t data_start = TZR_PROLOGUE_LEN + r->fh.metadata_len, prev_end = 0;
-    uint64_t data_sum = 0;
-    size_t dims_used = 0;
-    dtype_memo memo = {0};
     r->strings.block_size = (size_t)len + 64; /* names and dtypes fit in the index */
-    for (size_t i = 0; i < n; i++) {
-        tzr_index_entry e;
-        size_t at = c.pos;
-        if (tzr_parse_index_entry(&c, &e))
-            return tzr_fail(TZR_EFORMAT, "%s: index entry %zu at offset %llu runs past the %llu-byte index",
-                            r->src->name, i, (unsigned long long)(TZR_PROLOGUE_LEN + at), (unsigned long long)len);
-        int rc = load_entry(r, i, &e, TZR_PROLOGUE_LEN + at, data_start, &prev_end, &dims_used, &memo);
-        if (rc) return rc;
-        if (!tzr_add_ok(data_sum, e.data_length, &data_sum)) data_sum = UINT64_MAX;
-    }
+    size_t pos = 0;
+    uint64_t prev_end = 0, data_sum = 0;
+    r->totals_known = 1;
+    int rc = parse_entries(r, w, &pos, &prev_end, &data_sum);
+    if (rc) return rc;
     size_t dup, other;
     if (reader_index_names(r, &dup, &other)) { /* find the entry again, for its offset */
         char nb[TZR_NAMEBUF];
-        tzr_cursor d = tzr_cursor_make(index, (size_t)len);
-        tzr_index_entry e;
-        for (size_t i = 0; i < dup; i++) tzr_parse_index_entry(&d, &e);
         const tzr_tensor_info *t = &r->t[dup].info;
         return tzr_fail(TZR_EDUP, "%s: tensor '%s' (index entry %zu at offset %llu): duplicate name (also entry %zu)",
                         r->src->name, tzr_printable(t->name, t->name_len, nb, sizeof nb), dup,
-                        (unsigned long long)(TZR_PROLOGUE_LEN + d.pos), other);
+                        (unsigned long long)(TZR_PROLOGUE_LEN + entry_offset(w, dup)), other);
     }
-    *end = c.pos;
-    *records_end = n ? prev_end : data_start;
+    *end = pos; /* in the window */
+    *records_end = n ? prev_end : TZR_PROLOGUE_LEN + r->fh.metadata_len;
     *data_bytes = data_sum;
     return 0;
 }
@@ -631,15 +725,20 @@ static int check_data_total(const tzr_reader *r, uint64_t data_bytes) {
  * zero padding. Anything else means the count at offset 57 is lower than
  * the entries written: a damaged prologue or a write that never finished
  * (tensorizer stores the count only when it rewrites the header). */
-static int check_index_padding(const tzr_reader *r, const uint8_t *index, size_t have, size_t end) {
-    for (size_t k = end; k < have; k++)
-        if (index[k])
-            return tzr_fail(TZR_EFORMAT,
-                            "%s: offset %llu: the index holds more entries than the %llu the prologue counts "
-                            "(offset 57): a damaged prologue or an unfinished write",
-                            r->src->name, (unsigned long long)(TZR_PROLOGUE_LEN + k),
-                            (unsigned long long)r->fh.tensor_count);
-    return 0;
+static int check_index_padding(const tzr_reader *r, index_window *w, size_t end) {
+    for (;;) {
+        for (size_t k = end; k < w->len; k++)
+            if (w->buf[k])
+                return tzr_fail(TZR_EFORMAT,
+                                "%s: offset %llu: the index holds more entries than the %llu the prologue counts "
+                                "(offset 57): a damaged prologue or an unfinished write",
+                                r->src->name, (unsigned long long)(TZR_PROLOGUE_LEN + w->base + k),
+                                (unsigned long long)r->fh.tensor_count);
+        if (!w->src || w->base + w->len >= w->total) return 0;
+        int rc = window_slide(w, w->len);
+        if (rc) return rc;
+        end = 0;
+    }
 }
 
 /* The marker's 8 bytes must be zero. */
@@ -772,7 +871,15 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
         const uint8_t *index = head + plen;
         size_t need = index_needed(index, have, r->fh.tensor_count, r->comp_info, r->fh.metadata_len);
         uint8_t *full = NULL;
-        if (need == 0 || need > have) { /* the rest, in one more read: what is needed, when known */
+        index_window w = {NULL, (uint8_t *)index, have, NULL, 0, have, have};
+        /* Entries past the first read, no frame directory, a local source:
+         * the rest slides through the first read's buffer (index_window;
+         * the records, and so the end marker, lie past that read). */
+        if (need == 0 && !r->comp_info && !src->pack_reads && r->fh.metadata_len > have) {
+            w.src = src;
+            w.cap = first - plen;
+            w.total = r->fh.metadata_len;
+        } else if (need == 0 || need > have) { /* the rest, in one more read: what is needed, when known */
             /* and a little more, so the padding check sees where a next entry would be */
             size_t want = need && r->fh.metadata_len - need > PADDING_SEEN ? need + PADDING_SEEN
                                                                              : (size_t)r->fh.metadata_len;
@@ -783,15 +890,17 @@ int tzr_reader_open_source(tzr_reader **out, tzr_source *src, const tzr_reader_o
             index = full;
             have = want;
             if (!need) need = want;
+            w = (index_window){NULL, (uint8_t *)index, have, NULL, 0, have, have};
         }
         size_t end = 0;
         uint64_t records_end = 0, data_bytes = 0;
-        if (!rc) rc = parse_index(r, index, have, &end, &records_end, &data_bytes);
+        if (!rc) rc = parse_index(r, &w, &end, &records_end, &data_bytes);
         if (!rc && r->comp_info) rc = parse_dir(r, index, have, end, &end);
-        if (!rc) rc = check_index_padding(r, index, have, end);
+        if (!rc) rc = check_index_padding(r, &w, end);
         if (!rc) rc = check_data_total(r, data_bytes);
         if (!rc) rc = check_end_marker(r, records_end, head, first);
         free(full);
+        free(w.grown);
     }
     free(head);
     if (!rc && opt->read_headers) rc = tzr_reader_load_headers(r, 0, r->n, NULL);
@@ -818,9 +927,9 @@ void tzr_reader_free(tzr_reader *r) {
     if (!r) return;
     tzr_arena_free(&r->strings);
     tzr_arena_free(&r->headers);
-    free(r->t);
+    tzr_unmap_zeroed(r->t, r->t_cap, sizeof *r->t);
     free(r->dims);
-    free(r->buckets);
+    tzr_unmap_zeroed(r->buckets, r->nbuckets, sizeof *r->buckets);
     free(r->dir);
     free(r->dir_bytes);
     if (r->password) {

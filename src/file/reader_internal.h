@@ -42,6 +42,10 @@ TZR_HIDDEN int tzr_reader_hash_begin(tzr_reader *r, size_t i, int sha, tzr_hashe
 /* Finish and compare with the stored hashes (frees hs). */
 TZR_HIDDEN int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs);
 TZR_HIDDEN int tzr_reader_verifying(const tzr_reader *r);
+/* Sums over every tensor, made at open: of nbytes, of data_length, and the
+ * count of tensors without data. 0 when known, else nonzero (a sum
+ * overflowed): then a caller adds them up itself. */
+TZR_HIDDEN int tzr_reader_totals(const tzr_reader *r, uint64_t *nbytes, uint64_t *stored, size_t *empty);
 /* "file: tensor 'name'" prefix for messages. */
 TZR_HIDDEN const char *tzr_reader_what(const tzr_reader *r, size_t i, char *buf, size_t cap);
 

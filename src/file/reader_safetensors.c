@@ -4,6 +4,7 @@
  * as they take .tensors files, from any source (local, S3, HTTP). The
  * tensors have no headers and no hashes: each one's header is empty
  * (header_offset == data_offset) and reads as st_header, all zero. */
+#include "mem.h"
 #include "reader_internal.h"
 #include "reader_struct.h"
 #include "tzr_safetensors.h"
@@ -17,7 +18,7 @@ static int parse(tzr_reader *r, const uint8_t *head, size_t head_len, tzr_st_fil
         return tzr_fail(TZR_ELIMIT, "%s: safetensors header length %llu (byte 0) is over the %llu-byte cap",
                         r->src->name, (unsigned long long)n, (unsigned long long)TZR_ST_MAX_HEADER);
     if (8 + n <= head_len) return tzr_st_parse_header(f, head, head_len, r->src->size, r->src->name);
-    uint8_t *all = malloc((size_t)(8 + n));
+    uint8_t *all = tzr_alloc_big((size_t)(8 + n)); /* huge pages: 1,900 faults fewer for a 7.8 MB header */
     if (!all) return tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte header", (unsigned long long)n);
     memcpy(all, head, head_len);
     int rc = r->src->read_at(r->src, all + head_len, (size_t)(8 + n - head_len), head_len);
@@ -38,14 +39,16 @@ int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len)
     r->marker_checked = 1;
     r->records_end = r->src->size;
     r->n = n;
-    r->t = tzr_calloc_big(n ? n : 1, sizeof *r->t);
+    r->t = tzr_map_zeroed(n ? n : 1, sizeof *r->t);
+    r->t_cap = n ? n : 1;
     r->dims = tzr_alloc_big((ndims ? ndims : 1) * sizeof *r->dims);
     r->nbuckets = 16;
     while (r->nbuckets < 2 * n) r->nbuckets *= 2;
-    r->buckets = tzr_calloc_big(r->nbuckets, sizeof *r->buckets);
+    r->buckets = tzr_map_zeroed(r->nbuckets, sizeof *r->buckets);
     r->strings.block_size = names + 64 * 16 + 64;
     if (!r->t || !r->dims || !r->buckets) rc = tzr_fail(TZR_ENOMEM, "out of memory for %zu tensors", n);
     size_t dims_used = 0;
+    r->totals_known = 1;
     for (size_t i = 0; i < n && !rc; i++) { /* file order: tzr_st_get is sorted by offset */
         const tzr_st_tensor *st = tzr_st_get(f, i);
         tensor_slot *s = &r->t[i];
@@ -85,6 +88,7 @@ int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len)
         t->byte_planes = 1;
         s->hdr = &r->st_header;
         s->hdr_bytes = (uint8_t *)&r->st_header; /* "read": there is nothing to read */
+        reader_count_tensor(r, t);
     }
     size_t dup, other;
     if (!rc && reader_index_names(r, &dup, &other))

@@ -42,7 +42,8 @@ struct tzr_reader {
     int crypt_info;
     int comp_info;          /* headers carry compression blocks */
     size_t n;
-    tensor_slot *t;
+    tensor_slot *t;         /* tzr_map_zeroed, t_cap slots */
+    size_t t_cap;
     uint64_t *dims;
     uint64_t *buckets;      /* open addressing: name hash tag << 32 | index+1; 0 = empty */
     size_t nbuckets;
@@ -61,12 +62,25 @@ struct tzr_reader {
     uint64_t records_end;   /* where the end-of-tensors marker is */
     int marker_checked;     /* its bytes were read and are zero (atomic) */
     int safetensors;        /* a safetensors file: no tensor headers, no hashes */
+    /* Over every tensor, summed at open (tzr_reader_totals): a whole-file
+     * load then needs no pass over the tensor table to size itself. */
+    int totals_known;
+    uint64_t total_nbytes, total_stored;
+    size_t total_empty;
     tzr_tensor_header st_header; /* what every tensor's header reads as then */
 };
 
 /* Fill r (source, options set) from a safetensors file whose first
  * head_len bytes are head. */
 TZR_HIDDEN int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len);
+/* Add tensor t to the open's totals (tzr_reader_totals); an overflow
+ * leaves them unknown. */
+static inline void reader_count_tensor(struct tzr_reader *r, const tzr_tensor_info *t) {
+    if (__builtin_add_overflow(r->total_nbytes, t->nbytes, &r->total_nbytes) ||
+        __builtin_add_overflow(r->total_stored, t->data_length, &r->total_stored))
+        r->totals_known = 0;
+    r->total_empty += t->data_length == 0;
+}
 /* Enter every tensor's name in the lookup table (sized at open); TZR_EDUP,
  * with no message set, when tensors *dup and *other (the earlier) share one. */
 TZR_HIDDEN int reader_index_names(tzr_reader *r, size_t *dup, size_t *other);

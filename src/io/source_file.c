@@ -75,14 +75,19 @@ static int file_is_cached(tzr_source *s, uint64_t off, uint64_t len) {
     void *map = mmap(NULL, span, PROT_READ, MAP_SHARED, f->fd, (off_t)start);
     if (map == MAP_FAILED) return 0;
     /* Ask about 256 sample pages, not every page: mincore's cost grows
-     * with the pages it reports on (milliseconds for a few GiB). */
+     * with the pages it reports on (milliseconds for a few GiB). They are
+     * asked 8 neighbours a call: a call each cost ~0.7 ms at every load
+     * (a system call is microseconds on the VMs we measured). */
+    enum { RUN = 8, RUNS = 32 };
     uint64_t pages = (span + (uint64_t)page - 1) / (uint64_t)page;
-    uint64_t step = pages > 256 ? pages / 256 : 1, seen = 0, hit = 0;
+    uint64_t step = pages > RUN * RUNS ? pages / RUNS : RUN, seen = 0, hit = 0;
     int cached = 0, ok = 1;
-    for (uint64_t i = 0; i < pages && ok; i += step, seen++) {
-        unsigned char v = 0;
-        ok = mincore((uint8_t *)map + i * (uint64_t)page, (size_t)page, &v) == 0;
-        hit += v & 1;
+    for (uint64_t i = 0; i < pages && ok; i += step) {
+        unsigned char v[RUN] = {0};
+        uint64_t n = pages - i < RUN ? pages - i : RUN;
+        ok = mincore((uint8_t *)map + i * (uint64_t)page, (size_t)(n * (uint64_t)page), v) == 0;
+        for (uint64_t k = 0; k < n; k++) hit += v[k] & 1;
+        seen += n;
     }
     if (ok) cached = hit * 10 >= seen * 9; /* >= 90% resident */
     munmap(map, span);

@@ -94,7 +94,7 @@ static void pipeline_free(pipeline *p) {
     free(p->bad);
     free(p->sel);
     free(p->has_sel);
-    free(p->ts);
+    tzr_unmap_zeroed(p->ts, p->n ? p->n : 1, sizeof *p->ts);
     free(p->th);
     if (p->hdr_want != p->want) free(p->hdr_want);
     free(p->want);
@@ -116,7 +116,7 @@ static void pipeline_free(pipeline *p) {
 static int select_tensors(pipeline *p) {
     const tzr_load_options *opt = p->opt;
     size_t n1 = p->n ? p->n : 1;
-    p->ts = tzr_calloc_big(n1, sizeof *p->ts);
+    p->ts = tzr_map_zeroed(n1, sizeof *p->ts);
     p->want = tzr_calloc_big(n1, 1);
     if (p->verify) p->th = tzr_calloc_big(n1, sizeof *p->th);
     int go_on = opt->struct_size >= offsetof(tzr_load_options, on_tensor_error_ctx) + sizeof(void *) &&
@@ -128,6 +128,13 @@ static int select_tensors(pipeline *p) {
         p->sel = tzr_alloc_big(n1 * sizeof *p->sel);
         p->has_sel = tzr_calloc_big(n1, 1);
         if (!p->sel || !p->has_sel) return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    /* Every tensor, as is: the reader's totals, no pass over its table. */
+    if (!opt->filter && !selecting &&
+        tzr_reader_totals(p->r, &p->total_bytes, &p->stored_bytes, &p->nempty) == 0) {
+        memset(p->want, 1, p->n);
+        p->nselected = p->nrequested = p->n;
+        return 0;
     }
     int rc = 0;
     for (size_t i = 0; !rc && i < p->n; i++) {
@@ -267,13 +274,12 @@ static int bind_destinations(pipeline *p) {
                      sel_holds(p, pc->tensor, pc->toff, pc->len) &&
                      sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
         /* Many small plaintext tensors: scatter them in place with one
-         * vectored read instead of staging plus a copy each. */
+         * vectored read instead of staging plus a copy each. Whether every
+         * piece has its place in the sink is asked when the unit is read
+         * (scatter_read, on the workers, staging it otherwise): asked here
+         * too, it was one more call per tensor on this one thread. */
         int scatter = !direct && un->count > 1 && src->readv_at && sink->direct && !tzr_reader_encrypted(p->r) &&
                       !tzr_reader_compressed(p->r) && !p->direct_align;
-        for (size_t k = 0; scatter && k < un->count; k++) {
-            piece *q = &p->pieces[un->first + k];
-            scatter = sel_holds(p, q->tensor, q->toff, q->len) && sink->direct(sink, q->tensor, q->toff, q->len) != NULL;
-        }
         un->kind = direct ? UNIT_DIRECT : scatter ? UNIT_SCATTER : UNIT_STAGED;
     }
     return 0;

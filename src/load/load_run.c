@@ -430,7 +430,10 @@ static int expand_pack(pipeline *p, size_t u, const uint8_t *buf, tzr_zctx **zp)
 
 /* One vectored read for a coalesced unit: each piece's data straight into
  * the sink's memory, the bytes between (headers) packed into the slot.
- * gap_at[k] is where the gap before piece k ends in the slot. */
+ * gap_at[k] is where the gap before piece k ends in the slot. SCATTER_NO
+ * (nothing read) when a piece has no place in the sink's memory: the unit
+ * is then staged. */
+#define SCATTER_NO 1
 static int scatter_read(pipeline *p, unit *un, uint8_t *gaps, tzr_source *src, uint64_t **gap_at_out) {
     tzr_iovec *iov = malloc(2 * un->count * sizeof *iov);
     uint64_t *gap_at = malloc(un->count * sizeof *gap_at);
@@ -449,7 +452,14 @@ static int scatter_read(pipeline *p, unit *un, uint8_t *gaps, tzr_source *src, u
             used += data - at;
         }
         gap_at[k] = used;
-        iov[n++] = (tzr_iovec){p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len), (size_t)pc->len};
+        void *dst = sel_holds(p, pc->tensor, pc->toff, pc->len) ? p->sink->direct(p->sink, pc->tensor, pc->toff, pc->len)
+                                                                 : NULL;
+        if (!dst) {
+            free(iov);
+            free(gap_at);
+            return SCATTER_NO;
+        }
+        iov[n++] = (tzr_iovec){dst, (size_t)pc->len};
         at = data + pc->len;
     }
     int rc = src->readv_at(src, iov, n, un->off);
@@ -503,8 +513,9 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
     if (src->pack_reads && un->kind == UNIT_DIRECT) prefault(buf, (size_t)un->len);
     if (src->pack_reads && un->expand_in_place) prefault(piece_bytes(p, &p->pieces[un->first]), (size_t)p->pieces[un->first].len);
     uint64_t *gap_at = NULL; /* scatter: where each piece's preceding gap sits in the slot */
-    if (un->kind == UNIT_SCATTER) rc = scatter_read(p, un, buf, src, &gap_at);
-    else rc = src->read_at(src, buf, (size_t)un->len, un->off);
+    if (un->kind == UNIT_SCATTER && (rc = scatter_read(p, un, buf, src, &gap_at)) == SCATTER_NO)
+        un->kind = UNIT_STAGED; /* its pieces are submitted from the slot */
+    if (un->kind != UNIT_SCATTER) rc = src->read_at(src, buf, (size_t)un->len, un->off);
     atomic_fetch_add(&p->reads, 1);
     atomic_fetch_add(&p->bytes_read, un->len);
     if (rc) {
@@ -536,7 +547,10 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
             return TZR_ECANCELED;
         }
         piece *pc = &p->pieces[un->first + k];
-        uint8_t *bytes = un->kind == UNIT_SCATTER ? piece_bytes(p, pc) : buf + pc->uoff;
+        /* Scattered pieces are in place already: neither decryption
+         * (plaintext only) nor delivery looks at their bytes, and the
+         * ordered hash finds them itself. */
+        uint8_t *bytes = un->kind == UNIT_SCATTER ? NULL : buf + pc->uoff;
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
         size_t hlen = (size_t)(info->data_offset - info->header_offset);
         const uint8_t *hdr = unit_header(p, un, buf, gap_at, k);
