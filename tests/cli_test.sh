@@ -179,6 +179,13 @@ check output_dir_missing_exit_1 test $? = 1
 "$BUILD/tzr-bench" --write "$T/wb.safetensors" --out "$T" --repeat 1 > "$T/wb.out" 2>&1
 check bench_write_runs_every_case sh -c "test \$(grep -c '^| .*x |' '$T/wb.out') = 8 && grep -q '2 shards' '$T/wb.out'"
 check bench_write_leaves_nothing sh -c "! ls '$T' | grep -q tzr-bench-write"
+# The device rows at both verify levels, against the fake CUDA runtime
+# (each loads without error: a failed case prints its error, not a time).
+TZR_CUDART="$(realpath "$BUILD/tests/libfakecudart.so")" "$BUILD/tzr-bench" --size-mib 16 --layers 1 --small 0 \
+    --repeat 1 --cuda --cases raw,cuda,cuda-crc32,cuda-verify --dir "$T" > "$T/bc.out" 2>&1
+check bench_cuda_rows_both_levels sh -c "grep -q '^| warm .*libtzr -> cuda  .*|  *[0-9.]* |' '$T/bc.out' && \
+    grep -q '^| warm .*libtzr -> cuda + verify crc32 *|  *[0-9.]* |' '$T/bc.out' && \
+    grep -q '^| warm .*libtzr -> cuda + verify  *|  *[0-9.]* |' '$T/bc.out'"
 # MoE-sized inputs: 6,000 tensors overflow tensorizer's 256 KiB index.
 # Both tools size the index for their tensors; an --index-bytes too small
 # fails naming the option (detensorize -o X.tensors takes it too).

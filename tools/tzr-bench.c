@@ -47,7 +47,8 @@ static const char usage[] =
     "  --make-sample P   only write an LLM-shaped .safetensors file P and exit\n"
     "  --cases LIST      only these: raw,host,host-crc32,host-verify,null,null-crc32,\n"
     "                    null-verify,peer,sha,crc32 (SHA-256 and CRC32 on one core:\n"
-    "                    the bounds of the full and crc32 verify levels)\n"
+    "                    the bounds of the full and crc32 verify levels),\n"
+    "                    cuda,cuda-crc32,cuda-verify (with --cuda)\n"
     "  --json            JSON lines instead of the table\n"
     "  --source URL      load an s3:// or http(s):// checkpoint instead, sweeping\n"
     "                    --inflight LIST (default 8,16,32) x --range-mib LIST (8,16)\n"
@@ -81,7 +82,7 @@ typedef struct cfg {
 /* Every name in --cases is a case: one that is not would select nothing. */
 static int bad_cases(const char *list) {
     static const char *known[] = {"raw", "host", "host-verify", "host-crc32", "null", "null-verify", "null-crc32",
-                                  "peer", "sha", "crc32"};
+                                  "peer", "sha", "crc32", "cuda", "cuda-crc32", "cuda-verify"};
     for (const char *p = list;;) {
         size_t len = strcspn(p, ",");
         int ok = 0;
@@ -89,7 +90,7 @@ static int bad_cases(const char *list) {
             ok |= strlen(known[k]) == len && strncmp(known[k], p, len) == 0;
         if (!ok) {
             cli_error("--cases: '%.*s' in '%s' is not one of raw,host,host-verify,host-crc32,null,null-verify,"
-                      "null-crc32,peer,sha,crc32", (int)len, p, list);
+                      "null-crc32,peer,sha,crc32,cuda,cuda-crc32,cuda-verify", (int)len, p, list);
             return 1;
         }
         if (!p[len]) return 0;
@@ -273,13 +274,14 @@ static int write_in_child(const write_job *j) {
 /* ---- cases ------------------------------------------------------------ */
 typedef enum {
     C_RAW, C_HOST, C_HOST_VERIFY, C_NULL, C_NULL_VERIFY, C_CUDA, C_ST_COPY, C_H2D, C_HOST_CRC32, C_NULL_CRC32,
-    C_SHA_CORE, C_CRC_CORE
+    C_SHA_CORE, C_CRC_CORE, C_CUDA_CRC32, C_CUDA_VERIFY
 } case_kind;
 static const char *case_names[] = {"raw read (floor)", "libtzr -> host", "libtzr -> host + verify",
                                    "libtzr -> null", "libtzr -> null + verify", "libtzr -> cuda",
                                    "safetensors mmap+copy (peer)", "pinned cudaMemcpy H2D (floor)",
                                    "libtzr -> host + verify crc32", "libtzr -> null + verify crc32",
-                                   "SHA-256, one core (reference)", "CRC32, one core (reference)"};
+                                   "SHA-256, one core (reference)", "CRC32, one core (reference)",
+                                   "libtzr -> cuda + verify crc32", "libtzr -> cuda + verify"};
 
 typedef struct result {
     double seconds;
@@ -431,14 +433,15 @@ static int run_case(const cfg *c, case_kind k, const char *path, uint64_t *bytes
     if (rc) return rc;
     tzr_sink *sink = NULL;
     if (k == C_HOST || k == C_HOST_VERIFY || k == C_HOST_CRC32) rc = tzr_sink_host_new(&sink, NULL, NULL);
-    else if (k == C_CUDA) rc = tzr_sink_cuda_new(&sink, 0, NULL, NULL);
+    else if (k == C_CUDA || k == C_CUDA_CRC32 || k == C_CUDA_VERIFY) rc = tzr_sink_cuda_new(&sink, 0, NULL, NULL);
     else rc = tzr_sink_null_new(&sink);
     tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
     lo.threads = c->source ? c->inflight : c->threads;
     lo.chunk_bytes = c->source ? c->range : c->chunk;
     lo.ring_bytes = c->ring;
-    lo.verify = k == C_HOST_VERIFY || k == C_NULL_VERIFY || k == C_HOST_CRC32 || k == C_NULL_CRC32;
-    lo.verify_level = k == C_HOST_CRC32 || k == C_NULL_CRC32 ? TZR_VERIFY_CRC32 : TZR_VERIFY_FULL;
+    lo.verify = k == C_HOST_VERIFY || k == C_NULL_VERIFY || k == C_CUDA_VERIFY || k == C_HOST_CRC32 ||
+                k == C_NULL_CRC32 || k == C_CUDA_CRC32;
+    lo.verify_level = k == C_HOST_CRC32 || k == C_NULL_CRC32 || k == C_CUDA_CRC32 ? TZR_VERIFY_CRC32 : TZR_VERIFY_FULL;
     tzr_load_stats st;
     if (!rc) rc = tzr_load(r, sink, &lo, &st);
     if (!rc) *bytes = st.bytes;
@@ -710,8 +713,13 @@ int main(int argc, char **argv) {
             result h2d = measure(&c, C_H2D, file, 0);
             double floor_h2d = h2d.rc || h2d.seconds <= 0 ? 0 : (double)h2d.bytes / h2d.seconds / 1e9;
             report(&c, group, C_H2D, &h2d, floor_h2d, 0, "pinned cudaMemcpy");
-            result r = measure(&c, C_CUDA, file, cold);
-            report(&c, group, C_CUDA, &r, floor_h2d, 0, "pinned cudaMemcpy");
+            case_kind cks[] = {C_CUDA, C_CUDA_CRC32, C_CUDA_VERIFY};
+            const char *ckn[] = {"cuda", "cuda-crc32", "cuda-verify"};
+            for (size_t i = 0; i < sizeof cks / sizeof cks[0]; i++) {
+                if (!wanted(&c, ckn[i])) continue;
+                result r = measure(&c, cks[i], file, cold);
+                report(&c, group, cks[i], &r, floor_h2d, 0, "pinned cudaMemcpy");
+            }
         }
     }
     if (c.small) {
@@ -740,7 +748,7 @@ int main(int argc, char **argv) {
     }
     if (wanted(&c, "crc32")) {
         result r = measure(&c, C_CRC_CORE, file, 0);
-        report(&c, "-", C_CRC_CORE, &r, 0, "none");
+        report(&c, "-", C_CRC_CORE, &r, 0, 0, "none");
     }
     if (!c.file && !c.keep) {
         unlink(tpath);

@@ -31,4 +31,4 @@ if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
 fi
 echo "--- device benchmark (warm page cache; floor: pinned cudaMemcpy H2D in the same run)"
 "$BUILD/tzr-bench" --size-mib "${GPU_BENCH_MIB:-4096}" --layers 32 --small 0 --repeat 3 --cuda \
-    --cases raw,host,null ${GPU_BENCH_JSON:+--json}
+    --cases raw,host,host-crc32,null,cuda,cuda-crc32,cuda-verify,sha,crc32 ${GPU_BENCH_JSON:+--json}
