@@ -13,6 +13,8 @@ once per data group): a backend runs one group's collectives in order, so
 an agreement on the data group would wait for every broadcast posted
 before it, and a reader could never be more than one read ahead of the
 wire."""
+import atexit
+
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
@@ -70,9 +72,11 @@ class Group:
         return box[0]
 
 
-# data group -> (its status group): made once, as new_group is a collective
-# of the whole job (every rank calls it, in the same order).
+# data group -> its status group: made once, as new_group is a collective
+# of the whole job (every rank calls it, in the same order). Emptied at
+# exit, so no group outlives the interpreter's own teardown here.
 _STATUS = {}
+atexit.register(_STATUS.clear)
 
 
 def _status_group(group, size):
@@ -84,7 +88,7 @@ def _status_group(group, size):
     if size != dist.get_world_size() or not dist.is_gloo_available():
         return None
     data = group if group is not None else c10d._get_default_group()
-    for k in [k for k in _STATUS if k not in c10d._pg_map]:  # groups destroyed since
+    for k in [k for k, v in _STATUS.items() if k not in c10d._pg_map or v not in c10d._pg_map]:  # destroyed since
         del _STATUS[k]
     side = _STATUS.get(data)
     if side is None:
