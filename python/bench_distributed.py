@@ -25,10 +25,19 @@ it; peak RSS the largest rank's VmHWM during that row):
   floor                the larger of rank 0 alone loading through tzr (the
                        same load as tzr independent, one reader) and a
                        bare broadcast of the same bytes in the same buckets
+                       (--buckets slots made and touched before the timing)
+  bcast into new       (not in the floor) the same bare broadcast, but every
+                       receiving rank allocates each tensor as tzr does and
+                       receives straight into it: what any broadcast load
+                       pays beyond the wire (first touch of new memory)
+"CPU s" is the CPU time (user + system, all threads) of all ranks together
+in the row's best repeat: on a host with fewer cores than busy threads the
+time of a row is about that over the cores it gets.
 Then the seed's table: procs, independent s and GB/s, broadcast s and GB/s,
 speedup (independent over broadcast), per loader."""
 import argparse
 import gc
+import resource
 import glob
 import json
 import os
@@ -65,37 +74,80 @@ def all_max(x, dev):
     return float(t.item())
 
 
+def cpu_s():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
+def all_sum(x, dev):
+    t = torch.tensor([x], dtype=torch.float64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return float(t.item())
+
+
 def timed(fn, warmup, repeats, dev):
-    """Best (over repeats) of the slowest rank's time, and the largest peak RSS."""
-    best, rss = float("inf"), 0.0
+    """Best (over repeats) of the slowest rank's time, the largest peak RSS,
+    and all ranks' CPU seconds in the best repeat."""
+    best, rss, cpu = float("inf"), 0.0, 0.0
     for k in range(warmup + repeats):
         gc.collect()
         peak_rss_reset()
         dist.barrier()
-        t0 = time.perf_counter()
+        c0, t0 = cpu_s(), time.perf_counter()
         out = fn()
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         dt = all_max(time.perf_counter() - t0, dev)
+        c = all_sum(cpu_s() - c0, dev)
         r = all_max(peak_rss_mib(), dev)
         del out
         if k >= warmup:
-            best, rss = min(best, dt), max(rss, r)
-    return best, rss
+            if dt < best:
+                best, cpu = dt, c
+            rss = max(rss, r)
+    return best, rss, cpu
 
 
-def bare_broadcast(nbytes, bucket, nbuckets, dev):
-    """The wire alone: nbytes from rank 0 in bucket-sized async broadcasts."""
-    slots = [torch.empty(min(bucket, max(1, nbytes)), dtype=torch.uint8, device=dev) for _ in range(nbuckets)]
-    pending = [None] * nbuckets
+def bare_broadcast(slots, nbytes, bucket):
+    """The wire alone: nbytes from rank 0 in bucket-sized async broadcasts
+    through `slots` (made and touched once, outside the timing: new memory
+    costs its page faults, which "bcast into new" shows), at most
+    len(slots) in flight."""
+    nb = len(slots)
+    pending = [None] * nb
     for j, start in enumerate(range(0, nbytes, bucket)):
-        s = j % nbuckets
+        s = j % nb
         if pending[s] is not None:
             pending[s].wait()
         pending[s] = dist.broadcast(slots[s][:min(bucket, nbytes - start)], 0, async_op=True)
     for w in pending:
         if w is not None:
             w.wait()
+
+
+def bcast_into_new(sizes, bucket, nbuckets, dev):
+    """The bare broadcast again, rank 0 sending from one buffer of the
+    largest tensor, every other rank allocating each tensor as tzr.distributed
+    does (huge pages advised for large host ones) and receiving into it in
+    bucket pieces, at most nbuckets buckets in flight."""
+    from tzr.distributed.load import _alloc
+    rank = dist.get_rank()
+    src = torch.ones(max(sizes), dtype=torch.uint8, device=dev) if rank == 0 else None
+    out, pending, busy = [], [], 0
+    for n in sizes:
+        t = src[:n] if rank == 0 else _alloc("", b"|u1", (n,), n, dev, None)
+        out.append(t)
+        for s in range(0, n, bucket):
+            k = min(bucket, n - s)
+            while pending and busy + k > nbuckets * bucket:
+                w, m = pending.pop(0)
+                w.wait()
+                busy -= m
+            pending.append((dist.broadcast(t[s:s + k], 0, async_op=True), k))
+            busy += k
+    for w, _ in pending:
+        w.wait()
+    return out
 
 
 # ------------------------------------------------------------------ plain loader
@@ -200,7 +252,8 @@ def main():
     modes = [m for m in a.modes.split(",") if m]
     if a.no_broadcast:
         modes = [m for m in modes if m == "independent"]
-    nbytes = sum(t.numel() * t.element_size() for t in tzr.load_rank(path, 0, 1, verify=False).values())
+    sizes = [t.numel() * t.element_size() for t in tzr.load_rank(path, 0, 1, verify=False).values()]
+    nbytes = sum(sizes)
     files = None if a.no_plain else safetensors_files(path)
     rows = {}
     for m in modes:
@@ -213,12 +266,18 @@ def main():
             rows["plain broadcast"] = timed(lambda: plain_broadcast(files, dev), a.warmup, a.repeats, dev)
     bucket = int(a.bucket_mib * 2**20)
     alone = dist.new_group([0])  # rank 0's own group: tzd.load there is a plain load
-    single, _ = timed(lambda: tzd.load(path, mode="independent", device=dev, group=alone) if rank == 0 else None,
+    single, _, single_cpu = timed(lambda: tzd.load(path, mode="independent", device=dev, group=alone) if rank == 0 else None,
                       a.warmup, a.repeats, dev)
-    wire, _ = timed(lambda: bare_broadcast(nbytes, bucket, a.buckets, dev), a.warmup, a.repeats, dev) \
-        if n > 1 and not a.no_broadcast else (0.0, 0.0)
+    slots = [torch.ones(min(bucket, max(1, nbytes)), dtype=torch.uint8, device=dev) for _ in range(a.buckets)] \
+        if n > 1 and not a.no_broadcast else []
+    wire = timed(lambda: bare_broadcast(slots, nbytes, bucket), a.warmup, a.repeats, dev) \
+        if slots else (0.0, 0.0, 0.0)
+    del slots
+    if n > 1 and not a.no_broadcast:
+        rows["bcast into new"] = timed(lambda: bcast_into_new([k for k in sizes if k], bucket, a.buckets, dev),
+                                       a.warmup, a.repeats, dev)
     if rank == 0:
-        print_rows(a, path, n, nbytes, rows, single, wire, dev)
+        print_rows(a, path, n, nbytes, rows, (single, single_cpu), wire, dev)
     dist.destroy_process_group()
 
 
@@ -227,12 +286,13 @@ def print_rows(a, path, n, nbytes, rows, single, wire, dev):
         print("model %s: %.1f MiB, %s, best of %d after %d warm-up, bucket %g MiB x %d" % (
             path, nbytes / 2**20, "gloo, host memory" if dev.type == "cpu" else "nccl, GPU memory", a.repeats,
             a.warmup, a.bucket_mib, a.buckets))
-        print("%-5s %-22s %8s %7s %10s %14s" % ("procs", "row", "seconds", "GB/s", "x floor", "peak RSS MiB"))
-    floor = max(single, wire)
-    for m, (sec, rss) in rows.items():
-        print("%-5d %-22s %8.3f %7.2f %9.2fx %14.0f" % (n, m, sec, nbytes / sec / 1e9, sec / floor, rss))
-    print("%-5d %-22s %8.3f %7.2f %10s   (rank 0 alone %.3f s, bare broadcast %.3f s)" % (
-        n, "floor", floor, nbytes / floor / 1e9, "", single, wire))
+        print("%-5s %-22s %8s %7s %10s %14s %7s" % ("procs", "row", "seconds", "GB/s", "x floor", "peak RSS MiB",
+                                                     "CPU s"))
+    floor = max(single[0], wire[0])
+    for m, (sec, rss, cpu) in rows.items():
+        print("%-5d %-22s %8.3f %7.2f %9.2fx %14.0f %7.2f" % (n, m, sec, nbytes / sec / 1e9, sec / floor, rss, cpu))
+    print("%-5d %-22s %8.3f %7.2f %10s   (rank 0 alone %.3f s / %.2f CPU s, bare broadcast %.3f s / %.2f CPU s)" % (
+        n, "floor", floor, nbytes / floor / 1e9, "", single[0], single[1], wire[0], wire[2]))
     print("seed table (%s):" % ("GPUs" if dev.type == "cuda" else "procs"))
     print("  %-6s %-6s %10s %7s %10s %7s %8s" % ("loader", "procs", "indep. s", "GB/s", "bcast s", "GB/s",
                                                   "speedup"))

@@ -84,8 +84,26 @@ def die_in_save():
     run("die_in_save", lambda: tzd.save(oracle, p("died", "model")), device=None)
 
 
+def die_in_load():
+    """Rank 1 dies (os._exit) after posting its second receive of a
+    broadcast load: rank 0 must raise, not wait for it."""
+    if rank == 1:
+        calls = []
+
+        def broadcast(self, *a, **kw):
+            calls.append(1)
+            if len(calls) == 2:
+                os._exit(9)
+            return real(self, *a, **kw)
+        real = tzd._group.Group.broadcast
+        tzd._group.Group.broadcast = broadcast
+    run("die_in_load", lambda: load(p("single.tensors"), mode="broadcast", bucket_mib=BUCKET))
+
+
 if sys.argv[2:] == ["die"]:
     die_in_save()
+elif sys.argv[2:] == ["die_load"]:
+    die_in_load()
 else:
     sources = {"single": (p("single.tensors"), None), "manifest": (p("man", "model.tzr-index.json"), None),
                "hf": (p("hf"), None), "encrypted": (p("enc.tensors"), tzr.DecryptionParams.from_key(key)),

@@ -222,20 +222,39 @@ def case_saved_by_3(sd):
     return None if shards == 3 else "%d shards" % shards
 
 
-def case_killed_in_save():
-    """Rank 1 dies (os._exit) during save; rank 0, started without the
-    launcher (which would stop it), must raise, and no manifest appears."""
+def killed(how):
+    """distributed_worker.py `how` on 2 ranks started without the launcher
+    (which would stop rank 0 when rank 1 dies): the exit codes."""
     from tzr.distributed.launch import free_port
     env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    procs = [subprocess.Popen([sys.executable, WORKER, TMP, "die"], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+    procs = [subprocess.Popen([sys.executable, WORKER, TMP, how], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
     try:
-        codes = [q.wait(120) for q in procs]
+        return [q.wait(120) for q in procs]
     finally:
         for q in procs:
             if q.poll() is None:
                 q.kill()
                 q.wait()
+
+
+def case_killed_in_load():
+    """Rank 1 dies mid-broadcast; rank 0 must raise (within the group's
+    40 s timeout; the closed connection usually ends it at once)."""
+    for r in range(2):
+        if os.path.exists(p("result-2-%d.json" % r)):
+            os.unlink(p("result-2-%d.json" % r))
+    codes = killed("die_load")
+    if codes[1] != 9:
+        return "rank 1 exited %s, expected 9 (os._exit in Group.broadcast)" % codes[1]
+    got = results(2)[0].get("die_in_load")
+    return None if got and got[0] == "error" else "rank 0 did not raise: %s (exit %s)" % (got, codes[0])
+
+
+def case_killed_in_save():
+    """Rank 1 dies (os._exit) during save; rank 0, started without the
+    launcher (which would stop it), must raise, and no manifest appears."""
+    codes = killed("die")
     if codes[1] != 9:
         return "rank 1 exited %s, expected 9 (os._exit in ShardWriter.add)" % codes[1]
     got = results(2)[0].get("die_in_save")
@@ -287,6 +306,7 @@ def main():
     session(3, sd)
     report("save_tensor_parallel_w3_reloaded", case_saved_by_3(sd))
     report("killed_rank_in_save_leaves_no_manifest", case_killed_in_save())
+    report("killed_rank_in_broadcast_load_raises", case_killed_in_load())
     for fn in (case_launcher_forwards_failure, case_launcher_environment, case_launcher_timeout):
         try:
             why = fn()

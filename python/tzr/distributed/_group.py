@@ -6,9 +6,18 @@ all_reduce of one flag. If any rank failed, every rank then gathers the
 failures and raises the same exception type with the same message, naming
 the failing rank; nobody is left waiting in a collective its peer will
 never enter. A peer that died makes the collective itself fail (gloo sees
-the closed connection, else the group's timeout), which bounds the wait."""
+the closed connection, else the group's timeout), which bounds the wait.
+
+The agreement runs on a second process group (gloo, the same ranks, made
+once per data group): a backend runs one group's collectives in order, so
+an agreement on the data group would wait for every broadcast posted
+before it, and a reader could never be more than one read ahead of the
+wire."""
+import atexit
+
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 from .. import _lib
 
@@ -27,6 +36,11 @@ class Group:
             self.comm_device = torch.device("cuda", torch.cuda.current_device())
         else:
             self.comm_device = torch.device("cpu")
+        self.status_group, self.status_device = group, self.comm_device
+        if self.size > 1:
+            side = _status_group(group, self.size)
+            if side is not None:
+                self.status_group, self.status_device = side, torch.device("cpu")
 
     def global_rank(self, r):
         """The global rank of group rank r (collectives name sources globally)."""
@@ -42,13 +56,13 @@ class Group:
 
     def agree(self, err, what="tzr.distributed"):
         """Raise on every rank if `err` (this rank's exception or None) is set on any."""
-        flag = torch.tensor([0 if err is None else 1], dtype=torch.int32, device=self.comm_device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        flag = torch.tensor([0 if err is None else 1], dtype=torch.int32, device=self.status_device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.status_group)
         if int(flag.item()) == 0:
             return
         mine = None if err is None else describe(err)
         every = [None] * self.size
-        dist.all_gather_object(every, mine, group=self.group)
+        dist.all_gather_object(every, mine, group=self.status_group)
         raise rebuild(what, every)
 
     def share(self, obj, src=0):
@@ -56,6 +70,31 @@ class Group:
         box = [obj]
         dist.broadcast_object_list(box, src=self.global_rank(src), group=self.group)
         return box[0]
+
+
+# data group -> its status group: made once, as new_group is a collective
+# of the whole job (every rank calls it, in the same order). Emptied at
+# exit, so no group outlives the interpreter's own teardown here.
+_STATUS = {}
+atexit.register(_STATUS.clear)
+
+
+def _status_group(group, size):
+    """A gloo group of the same ranks for status agreement, or None where
+    one cannot be made safely: a group smaller than the job (new_group
+    needs every rank of the job, and only the group's ranks are here) or
+    no gloo. It keeps the data group's timeout, so a peer that stops
+    answering ends the agreement as it would end a broadcast."""
+    if size != dist.get_world_size() or not dist.is_gloo_available():
+        return None
+    data = group if group is not None else c10d._get_default_group()
+    for k in [k for k, v in _STATUS.items() if k not in c10d._pg_map or v not in c10d._pg_map]:  # destroyed since
+        del _STATUS[k]
+    side = _STATUS.get(data)
+    if side is None:
+        timeout = getattr(getattr(data, "options", None), "_timeout", None) or c10d.default_pg_timeout
+        side = _STATUS[data] = dist.new_group(timeout=timeout, backend="gloo")
+    return side
 
 
 def describe(err):

@@ -81,8 +81,14 @@ def run(group, src, steps, dest, slots, bucket, fill=None, agree=False, unpack_s
     """Broadcast `steps` from group rank src. dest[i]: tensor i's flat
     bytes on this rank (the source's are sent, the others' filled).
     fill(step, slot), given on the source, produces a step's bytes (into
-    the slot for a bucket, into dest for st.group's tensors); with agree, every
-    rank agrees on its status before the step goes out (a read can fail).
+    the slot for a bucket, into dest for st.group's tensors). With agree
+    (a read can fail), every rank agrees on the source's status once per
+    window of bytes (the in-flight bound) and after the last step: a
+    failed read is not retried, its step and the rest of the window go
+    out unfilled (peers stay matched), and the next agreement ends every
+    rank with its error, so at most a window more is sent after a failure.
+    The agreement runs on the group's status group, so it does not queue
+    behind the broadcasts. Without agree a fill's error is raised at once.
     unpack_src: the source copies each bucket out into its own dest too.
     At most len(slots) buckets' bytes are in flight."""
     unpack = group.rank != src or unpack_src
@@ -90,6 +96,7 @@ def run(group, src, steps, dest, slots, bucket, fill=None, agree=False, unpack_s
     pending = collections.deque()  # (work, step, slot or None), oldest first
     free = list(range(len(slots)))
     busy = 0
+    err, unagreed = None, 0  # the source's first failure; bytes filled since the last agreement
 
     def retire():
         nonlocal busy
@@ -104,28 +111,28 @@ def run(group, src, steps, dest, slots, bucket, fill=None, agree=False, unpack_s
                         dest[i].copy_(slots[s][off:off + n])
             free.append(s)
 
+    def settle():
+        nonlocal unagreed
+        unagreed = 0
+        group.agree(err, "tzr.distributed.load")
+
     try:
         for st in steps:
             packed = st.piece is None
+            if agree and st.fills and unagreed >= limit:
+                settle()
             while pending and ((packed and not free) or busy + st.nbytes > limit):
                 retire()
             s = free.pop() if packed else None
             if st.fills:
-                err = None
-                if fill is not None:
+                if fill is not None and err is None:
                     try:
                         fill(st, slots[s] if packed else None)
                     except Exception as e:  # noqa: BLE001 - every rank must learn of it
+                        if not agree:
+                            raise
                         err = e
-                if agree:
-                    try:
-                        group.agree(err, "tzr.distributed.load")
-                    except BaseException:
-                        if s is not None:
-                            free.append(s)
-                        raise
-                elif err is not None:
-                    raise err
+                unagreed += st.nbytes if packed else sum(dest[i].numel() for i in st.group)
             if st.nbytes == 0:
                 if s is not None:
                     free.append(s)
@@ -137,6 +144,8 @@ def run(group, src, steps, dest, slots, bucket, fill=None, agree=False, unpack_s
                 view = dest[i][start:start + st.nbytes]
             pending.append((group.broadcast(view, src, async_op=True), st, s))
             busy += st.nbytes
+        if agree:
+            settle()
         while pending:
             retire()
     except BaseException:
