@@ -56,26 +56,37 @@ static void box_of(box *b, const shard_entry *e, int dim, uint64_t off, uint64_t
     if (dim >= 0) b->lo[dim] = off, b->hi[dim] = off + len;
 }
 
-/* Row-major byte strides of the array box a. */
-static void strides(const box *a, uint32_t itemsize, uint64_t *st) {
+/* Only the first ndim bounds: a box is 4 KiB, a tensor has a few dims. */
+static void box_copy(box *to, const box *from) {
+    to->ndim = from->ndim;
+    memcpy(to->lo, from->lo, from->ndim * sizeof *to->lo);
+    memcpy(to->hi, from->hi, from->ndim * sizeof *to->hi);
+}
+
+/* Row-major byte strides of the array lo..hi. */
+static void strides(const uint64_t *lo, const uint64_t *hi, uint32_t nd, uint32_t itemsize, uint64_t *st) {
     uint64_t acc = itemsize;
-    for (uint32_t d = a->ndim; d-- > 0;) {
+    for (uint32_t d = nd; d-- > 0;) {
         st[d] = acc;
-        acc *= a->hi[d] - a->lo[d];
+        acc *= hi[d] - lo[d];
     }
 }
 
-static uint64_t offset_in(const box *a, const uint64_t *st, const uint64_t *x) {
+static uint64_t offset_in(const uint64_t *lo, uint32_t nd, const uint64_t *st, const uint64_t *x) {
     uint64_t o = 0;
-    for (uint32_t d = 0; d < a->ndim; d++) o += (x[d] - a->lo[d]) * st[d];
+    for (uint32_t d = 0; d < nd; d++) o += (x[d] - lo[d]) * st[d];
     return o;
 }
 
-/* How one shard tensor's bytes reach one target. */
+/* How one shard tensor's bytes reach one target. Its bounds and strides
+ * live in a per-load arena, ndim of each (MAPPING_WORDS arrays): with
+ * TZR_MAX_DIMS-sized arrays a mapping was 16 KiB, and a 100k-tensor set
+ * cleared and touched 1.6 GB of them per shard. */
+#define MAPPING_WORDS 8
 typedef struct mapping {
     size_t target;               /* index in the set = the destination's index */
-    box src, dst, cut;
-    uint64_t ss[TZR_MAX_DIMS], ds[TZR_MAX_DIMS];
+    uint32_t ndim;
+    uint64_t *src_lo, *src_hi, *dst_lo, *dst_hi, *cut_lo, *cut_hi, *ss, *ds;
     int last;                    /* last dim the cut restricts (global), -1: none */
     uint64_t run;                /* bytes contiguous in both arrays */
     uint64_t itemsize;
@@ -89,15 +100,25 @@ typedef struct shard_job {
     size_t nlocal;
 } shard_job;
 
+/* words: MAPPING_WORDS * ndim of the arena, for this mapping alone. */
 static void mapping_init(mapping *m, const shard_entry *e, size_t target, const box *src, const box *dst,
-                         const box *cut) {
+                         const box *cut, uint64_t *words) {
+    uint32_t nd = src->ndim;
+    size_t sz = nd * sizeof *words;
     m->target = target;
-    m->src = *src;
-    m->dst = *dst;
-    m->cut = *cut;
+    m->ndim = nd;
+    uint64_t **arr[MAPPING_WORDS] = {&m->src_lo, &m->src_hi, &m->dst_lo, &m->dst_hi,
+                                     &m->cut_lo, &m->cut_hi, &m->ss,     &m->ds};
+    for (int k = 0; k < MAPPING_WORDS; k++) *arr[k] = words + (size_t)k * nd;
+    memcpy(m->src_lo, src->lo, sz);
+    memcpy(m->src_hi, src->hi, sz);
+    memcpy(m->dst_lo, dst->lo, sz);
+    memcpy(m->dst_hi, dst->hi, sz);
+    memcpy(m->cut_lo, cut->lo, sz);
+    memcpy(m->cut_hi, cut->hi, sz);
     m->itemsize = e->pub.itemsize;
-    strides(src, e->pub.itemsize, m->ss);
-    strides(dst, e->pub.itemsize, m->ds);
+    strides(src->lo, src->hi, nd, e->pub.itemsize, m->ss);
+    strides(dst->lo, dst->hi, nd, e->pub.itemsize, m->ds);
     m->last = -1;
     for (uint32_t d = 0; d < e->pub.ndim; d++)
         if (cut->lo[d] != 0 || cut->hi[d] != e->shape[d]) m->last = (int)d;
@@ -111,14 +132,14 @@ static void mapping_init(mapping *m, const shard_entry *e, size_t target, const 
  * its extent times the inner bytes, at the stride of dim k - 1. */
 static int mapping_selection(const mapping *m, tzr_byte_selection *sel) {
     int k = -1;
-    uint32_t nd = m->src.ndim;
+    uint32_t nd = m->ndim;
     for (uint32_t d = 0; d < nd; d++)
-        if (m->cut.lo[d] != m->src.lo[d] || m->cut.hi[d] != m->src.hi[d]) k = (int)d;
+        if (m->cut_lo[d] != m->src_lo[d] || m->cut_hi[d] != m->src_hi[d]) k = (int)d;
     if (k < 0) return 0; /* the whole source tensor */
     uint64_t runs = 1;
-    for (int d = 0; d < k; d++) runs *= m->cut.hi[d] - m->cut.lo[d];
-    sel->offset = offset_in(&m->src, m->ss, m->cut.lo);
-    sel->run = (m->cut.hi[k] - m->cut.lo[k]) * m->ss[k];
+    for (int d = 0; d < k; d++) runs *= m->cut_hi[d] - m->cut_lo[d];
+    sel->offset = offset_in(m->src_lo, nd, m->ss, m->cut_lo);
+    sel->run = (m->cut_hi[k] - m->cut_lo[k]) * m->ss[k];
     sel->stride = k > 0 ? m->ss[k - 1] : sel->run;
     sel->count = runs;
     sel->outer_count = 1;
@@ -130,15 +151,15 @@ static int mapping_selection(const mapping *m, tzr_byte_selection *sel) {
  * many bytes from there are contiguous in both arrays. */
 static uint64_t mapping_dest(const mapping *m, uint64_t off, uint64_t *contiguous) {
     uint64_t x[TZR_MAX_DIMS], rest = off;
-    for (uint32_t d = 0; d < m->src.ndim; d++) {
-        x[d] = m->src.lo[d] + rest / m->ss[d];
+    for (uint32_t d = 0; d < m->ndim; d++) {
+        x[d] = m->src_lo[d] + rest / m->ss[d];
         rest %= m->ss[d];
     }
     uint64_t in_run = rest; /* bytes into the run, counted from the cut's start along `last` */
-    for (uint32_t d = m->last < 0 ? 0 : (uint32_t)m->last; d < m->src.ndim; d++)
-        in_run += (x[d] - (m->last >= 0 && d == (uint32_t)m->last ? m->cut.lo[d] : 0)) * m->ss[d];
+    for (uint32_t d = m->last < 0 ? 0 : (uint32_t)m->last; d < m->ndim; d++)
+        in_run += (x[d] - (m->last >= 0 && d == (uint32_t)m->last ? m->cut_lo[d] : 0)) * m->ss[d];
     *contiguous = m->run - in_run;
-    return offset_in(&m->dst, m->ds, x) + rest;
+    return offset_in(m->dst_lo, m->ndim, m->ds, x) + rest;
 }
 
 static void *job_direct(tzr_sink *s, size_t index, uint64_t off, uint64_t len) {
@@ -211,15 +232,17 @@ static int job_select(void *ctx, size_t index, const tzr_tensor_info *t, tzr_byt
 /* The target's tensor_info handed to the destination sink. */
 typedef struct target {
     tzr_tensor_info info;
-    uint64_t shape[TZR_MAX_DIMS];
+    uint64_t *shape; /* the local shape: ndim words of the load's arena */
     int dim;
     uint64_t offset, length;
 } target;
 
-static int make_targets(tzr_shard_set *s, int rank, int nranks, const char *rules, target *tg) {
+static int make_targets(tzr_shard_set *s, int rank, int nranks, const char *rules, target *tg, uint64_t *shapes) {
     for (size_t i = 0; i < s->tb.n; i++) {
         const shard_entry *e = &s->tb.t[i];
         target *t = &tg[i];
+        t->shape = shapes;
+        shapes += e->pub.ndim;
         int rc = tzr_shard_target(s, i, rank, nranks, rules, &t->dim, &t->offset, &t->length);
         if (rc) return rc;
         memcpy(t->shape, e->shape, e->pub.ndim * sizeof *t->shape);
@@ -247,9 +270,9 @@ static int make_targets(tzr_shard_set *s, int rank, int nranks, const char *rule
 
 /* The mappings of shard k for the wanted targets; *any: one is needed. */
 static int build_job(tzr_shard_set *s, int k, int rank, const target *tg, const unsigned char *want, shard_job *j,
-                     mapping *pool, int *any) {
+                     mapping *pool, uint64_t *words, int *any) {
     *any = 0;
-    size_t used = 0;
+    size_t used = 0, wused = 0;
     for (size_t i = 0; i < s->tb.n; i++) {
         const shard_entry *e = &s->tb.t[i];
         box dst;
@@ -260,7 +283,8 @@ static int build_job(tzr_shard_set *s, int k, int rank, const target *tg, const 
             /* a replicated tensor is read from one holder, spread over ranks */
             if (e->pub.dim == TZR_SHARD_REPLICATED && q != (size_t)rank % e->nslices) continue;
             if (sl->shard != k) continue;
-            box src, cut = dst;
+            box src, cut;
+            box_copy(&cut, &dst);
             box_of(&src, e, e->pub.dim, sl->offset, sl->length);
             int empty = 0;
             for (uint32_t d = 0; d < e->pub.ndim; d++) {
@@ -270,7 +294,8 @@ static int build_job(tzr_shard_set *s, int k, int rank, const target *tg, const 
             }
             if (empty) continue;
             mapping *m = &pool[used++];
-            mapping_init(m, e, i, &src, &dst, &cut);
+            mapping_init(m, e, i, &src, &dst, &cut, words + wused);
+            wused += (size_t)MAPPING_WORDS * e->pub.ndim;
             j->map[sl->local] = m;
             *any = 1;
         }
@@ -346,13 +371,19 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
                           const tzr_load_options *opt, tzr_load_stats *stats, unsigned char *proven) {
     if (!s || !dest || nranks < 1 || rank < 0 || rank >= nranks)
         return tzr_fail(TZR_EINVAL, "load: bad set, sink or rank %d of %d", rank, nranks);
-    size_t n = s->tb.n, nmap = 0;
-    for (size_t i = 0; i < n; i++) nmap += s->tb.t[i].nslices;
+    size_t n = s->tb.n, nmap = 0, nwords = 0, ndims = 0;
+    for (size_t i = 0; i < n; i++) {
+        ndims += s->tb.t[i].pub.ndim;
+        nmap += s->tb.t[i].nslices;
+        nwords += s->tb.t[i].nslices * MAPPING_WORDS * s->tb.t[i].pub.ndim;
+    }
     target *tg = calloc(n ? n : 1, sizeof *tg);
-    mapping *pool = calloc(nmap ? nmap : 1, sizeof *pool);
+    mapping *pool = malloc((nmap ? nmap : 1) * sizeof *pool);
+    uint64_t *words = malloc((nwords ? nwords : 1) * sizeof *words);
+    uint64_t *shapes = malloc((ndims ? ndims : 1) * sizeof *shapes);
     unsigned char *want = calloc(n ? n : 1, 1);
-    int rc = !tg || !pool || !want ? tzr_fail(TZR_ENOMEM, "out of memory") : 0;
-    if (!rc) rc = make_targets(s, rank, nranks, rules, tg);
+    int rc = !tg || !pool || !words || !shapes || !want ? tzr_fail(TZR_ENOMEM, "out of memory") : 0;
+    if (!rc) rc = make_targets(s, rank, nranks, rules, tg, shapes);
     uint64_t total = 0;
     size_t wanted = 0;
     /* opt's filter picks global tensors (index in the set, the rank's piece) */
@@ -380,8 +411,7 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
         j.map = calloc(j.nlocal ? j.nlocal : 1, sizeof *j.map);
         if (!j.map) rc = tzr_fail(TZR_ENOMEM, "out of memory");
         int any = 0;
-        memset(pool, 0, nmap * sizeof *pool);
-        if (!rc) rc = build_job(s, k, rank, tg, want, &j, pool, &any);
+        if (!rc) rc = build_job(s, k, rank, tg, want, &j, pool, words, &any);
         if (!rc && any) {
             tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
             if (opt) {
@@ -424,6 +454,8 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
     }
     free(tg);
     free(pool);
+    free(words);
+    free(shapes);
     free(want);
     return rc;
 }
