@@ -79,6 +79,13 @@ typedef struct tzr_shard_tensor_desc {
 /* Open the writer of shard `rank` of `nranks` (an atomic file write). */
 TZR_API int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, int rank, int nranks,
                                   const tzr_shard_writer_options *opt);
+/* Size the shard file's index for the tensors about to be added, before
+ * the first: as tzr_writer_reserve (their count and the sums of their name
+ * lengths, dtype-string lengths, dimension counts and this shard's data
+ * bytes). Without it a shard keeps tensorizer's 262144 bytes (about 4,500
+ * small tensors). Since 0.3. */
+TZR_API int tzr_shard_writer_reserve(tzr_shard_writer *w, uint64_t tensors, uint64_t name_bytes,
+                                     uint64_t dtype_bytes, uint64_t dims, uint64_t data_bytes);
 /* Add a tensor; data is the local slice (global shape with `dim` replaced
  * by `length`), row-major. */
 TZR_API int tzr_shard_writer_add(tzr_shard_writer *w, const tzr_shard_tensor_desc *d, const void *data);

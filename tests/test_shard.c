@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -566,6 +567,81 @@ static void split_no_replace_manifest(void) {
     tzr_reader_free(r);
 }
 
+/* 6,000 tensors overflow tensorizer's 256 KiB index: a split sizes every
+ * shard's index for them with no metadata_size given (each shard holds an
+ * entry for every tensor), and the set loads back byte-exact; a shard
+ * writer told its tensors by tzr_shard_writer_reserve does the same. */
+#define MANY 6000
+static void split_many_small_sizes_indexes(void) {
+    char dir[256], src[1024], prefix[1024], man[1024];
+    path_in(dir, sizeof dir, check_tmpdir(), "many");
+    mkdir(dir, 0755);
+    path_in(src, sizeof src, dir, "src.tensors");
+    path_in(prefix, sizeof prefix, dir, "model");
+    path_in(man, sizeof man, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    tzr_writer *w = NULL;
+    CHECK_OK(tzr_writer_open(&w, src, NULL));
+    if (!w) return;
+    CHECK_OK(tzr_writer_reserve(w, MANY, MANY * 16, MANY * 7, MANY, MANY * 16));
+    for (uint32_t i = 0; i < MANY; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "experts.%05u.w", i); /* 14 bytes */
+        uint32_t v[4] = {i, i * 7u, ~i, 0xA5A5A5A5u ^ i};
+        uint64_t shape[1] = {4};
+        tzr_tensor_desc d = {name, strlen(name), TZR_PARAM, 0, NULL, 0, TZR_DTYPE_I32, 1, shape, 0,
+                             sizeof(tzr_tensor_desc)};
+        CHECK_OK(tzr_writer_add(w, &d, v));
+    }
+    CHECK_OK(tzr_writer_close(w));
+    tzr_reader *r = NULL;
+    CHECK_OK(tzr_reader_open(&r, src, NULL));
+    if (!r) return;
+    CHECK_OK(tzr_shard_split(r, prefix, 2, NULL, NULL));
+    tzr_reader_free(r);
+    tzr_shard_set *s = NULL;
+    CHECK_OK(tzr_shard_open(&s, man, NULL));
+    if (!s) return;
+    tzr_shard_result *res = NULL;
+    CHECK_OK(tzr_shard_load_rank(s, 0, 1, NULL, &res));
+    int bad = 0;
+    for (size_t i = 0; res && i < res->count; i++) {
+        const tzr_shard_piece *pc = &res->pieces[i];
+        uint32_t k = (uint32_t)atoi(pc->name + strlen("experts."));
+        uint32_t v[4] = {k, k * 7u, ~k, 0xA5A5A5A5u ^ k};
+        bad += pc->nbytes != sizeof v || memcmp(pc->data, v, sizeof v) != 0;
+    }
+    CHECKF(res && res->count == MANY && bad == 0, "%zu pieces, %d wrong", res ? res->count : 0, bad);
+    tzr_shard_result_free(res);
+    tzr_shard_close(s);
+    /* the writer API: without reserve the 4,5xxth tensor fails "index full" */
+    for (int reserve = 0; reserve < 2; reserve++) {
+        tzr_shard_writer *sw = NULL;
+        char pre[1024];
+        path_in(pre, sizeof pre, dir, reserve ? "w1" : "w0");
+        CHECK_OK(tzr_shard_writer_open(&sw, pre, 0, 1, NULL));
+        if (!sw) return;
+        if (reserve) CHECK_OK(tzr_shard_writer_reserve(sw, MANY, MANY * 14, MANY * 5, MANY, MANY * 16));
+        int rc = 0;
+        for (uint32_t i = 0; i < MANY && !rc; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "experts.%05u.w", i);
+            uint32_t v[4] = {i, 0, 0, 0};
+            uint64_t shape[1] = {4};
+            tzr_shard_tensor_desc d = {name, strlen(name), NULL, 0, TZR_DTYPE_I32, 1, shape,
+                                       TZR_SHARD_REPLICATED, 0, 0, NULL};
+            rc = tzr_shard_writer_add(sw, &d, v);
+        }
+        if (reserve) {
+            CHECK_OK(rc);
+            CHECK_OK(tzr_shard_writer_close(sw));
+        } else {
+            CHECK_RC(rc, TZR_ELIMIT);
+            CHECKF(strstr(tzr_last_error(), "index full") != NULL, "%s", tzr_last_error());
+            tzr_shard_writer_abort(sw);
+        }
+    }
+}
+
 static void comm_without_mpi(void) {
 #ifdef TZR_HAVE_MPI
     check_skip("built with MPI (tests/mpi_test.sh covers it)");
@@ -621,6 +697,7 @@ int main(void) {
     RUN(corrupt_shard_data);
     RUN(replaced_shard);
     RUN(split_no_replace_manifest);
+    RUN(split_many_small_sizes_indexes);
     RUN(comm_without_mpi);
     return check_done();
 }

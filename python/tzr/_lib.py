@@ -277,6 +277,7 @@ _SIGS = {
     "tzr_sink_cuda_table_new": (c_int, [_PP, c_int, _PP, POINTER(c_uint64), c_size_t]),
     "tzr_load": (c_int, [_P, _P, POINTER(LoadOptions), POINTER(LoadStats)]),
     "tzr_shard_writer_open": (c_int, [_PP, c_char_p, c_int, c_int, POINTER(ShardWriterOptions)]),
+    "tzr_shard_writer_reserve": (c_int, [_P, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64]),
     "tzr_shard_writer_add": (c_int, [_P, POINTER(ShardTensorDesc), _P]),
     "tzr_shard_writer_close": (c_int, [_P]),
     "tzr_shard_writer_abort": (None, [_P]),

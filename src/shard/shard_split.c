@@ -258,6 +258,19 @@ int tzr_shard_split(tzr_reader *in, const char *prefix, int nshards, const char 
     if (rc) return rc;
     tzr_shard_splitter *s;
     if ((rc = tzr_shard_splitter_open(&s, prefix, nshards, rules, opt))) return rc;
+    /* Every shard holds an entry for every tensor (a slice or the whole):
+     * each index is sized for all of them, so an MoE-sized checkpoint
+     * splits without a metadata_size (one given in opt still wins). */
+    uint64_t names = 0, dtypes = 0, dims = 0, bytes = 0;
+    for (size_t i = 0; i < tzr_reader_count(in); i++) {
+        const tzr_tensor_info *t = tzr_reader_tensor(in, i);
+        names += t->name_len;
+        dtypes += t->dtype_len;
+        dims += t->ndim;
+        bytes += t->nbytes;
+    }
+    for (int k = 0; k < nshards && !rc; k++)
+        rc = tzr_shard_writer_reserve(s->w[k], tzr_reader_count(in), names, dtypes, dims, bytes);
     uint8_t *data = NULL;
     size_t cap = 0;
     for (size_t i = 0; i < tzr_reader_count(in) && !rc; i++) {

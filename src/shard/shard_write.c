@@ -76,6 +76,12 @@ int tzr_shard_writer_open(tzr_shard_writer **out, const char *prefix, int rank, 
     return 0;
 }
 
+int tzr_shard_writer_reserve(tzr_shard_writer *sw, uint64_t tensors, uint64_t name_bytes, uint64_t dtype_bytes,
+                             uint64_t dims, uint64_t data_bytes) {
+    if (!sw) return tzr_fail(TZR_EINVAL, "NULL shard writer");
+    return tzr_writer_reserve(sw->w, tensors, name_bytes, dtype_bytes, dims, data_bytes);
+}
+
 /* Check d, enter the tensor and this shard's slice in the sidecar table,
  * and describe the shard tensor (local shape into local[]). */
 static int slice_enter(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, uint64_t *local, tzr_tensor_desc *td,

@@ -149,6 +149,14 @@ else:
     if world == 2:
         run("save", lambda: (tzd.save(oracle, p("ckpt2", "model")),
                              tzr.load_rank(p("ckpt2", "model.tzr-index.json"), 0, 1))[1], device="cpu")
+        # 10,000 small tensors, 5,000 a rank (~360 KB of index entries each),
+        # overflow tensorizer's 256 KiB index: each rank's shard is sized for
+        # what it writes (issue #23).
+        many = {"model.layers.%05d.mlp.experts.weight" % i: torch.full((4,), i, dtype=torch.int32)
+                for i in range(10000)}
+        run("save_many_small", lambda: (tzd.save(many, p("many", "model")),
+                                        tzr.load_rank(p("many", "model.tzr-index.json"), 0, 1))[1],
+            want=many, device="cpu")
     else:
         run("load_saved_by_2", lambda: load(p("ckpt2", "model.tzr-index.json"), mode="broadcast", bucket_mib=BUCKET))
         run("save_tensor_parallel", lambda: (save_from(tp(), p("ckpt3", "model")), oracle)[1], device=None)

@@ -22,6 +22,15 @@ static int generate(const char *path, uint64_t size, int ntensors) {
     if (!data) return tzr_set_error(TZR_ENOMEM, "out of memory");
     tzr_writer *w;
     int rc = tzr_writer_open(&w, path, NULL);
+    /* Every tensor is known up front: reserve exactly their index (an
+     * MoE-sized --tensors would overflow tensorizer's 256 KiB default). */
+    uint64_t name_bytes = 0;
+    size_t dtype_len = 0;
+    tzr_dtype_string(TZR_DTYPE_F32, &dtype_len);
+    for (int t = 0; t < ntensors; t++) name_bytes += (uint64_t)snprintf(NULL, 0, "layers.%d.weight", t);
+    if (!rc) rc = tzr_writer_reserve(w, (uint64_t)ntensors, name_bytes,
+                                     (uint64_t)ntensors * dtype_len,
+                                     2 * (uint64_t)ntensors, (uint64_t)ntensors * nbytes);
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (int t = 0; t < ntensors && !rc; t++) {
         for (uint64_t k = 0; k < nbytes / 8; k++) {

@@ -42,12 +42,15 @@ def save(state, prefix, group=None, slices=None):
         folder = os.path.dirname(os.fspath(prefix))
         if folder and "://" not in os.fspath(prefix):
             os.makedirs(folder, exist_ok=True)
+        # What this rank writes: its slices, and the whole tensors it owns.
+        todo = [(name, t) for name, t in sd.items()
+                if mine[name][0] is not None or owner.get(name, g.rank) == g.rank]
         with shard.ShardWriter(prefix, g.rank, g.size) as w:
-            for name, t in sd.items():
+            w.reserve(todo)  # an MoE-sized state dict overflows the default index
+            for name, t in todo:
                 dim, off, _, _ = mine[name]
                 if dim is None:
-                    if owner.get(name, g.rank) == g.rank:
-                        w.add(name, t)
+                    w.add(name, t)
                 else:
                     w.add(name, t, glob[name], dim, off)
     except Exception as e:  # noqa: BLE001 - every rank must learn of it
