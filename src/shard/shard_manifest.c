@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <ctype.h>
 #include <stdio.h>
+#include <sodium.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -137,17 +138,13 @@ static int parse_u64(json_t *v, uint64_t *out) {
 }
 
 /* 64 hex digits into 32 bytes; non-zero when malformed. */
+/* 64 hex digits (libsodium's decoder: sscanf per byte was a fifth of a
+ * 100k-tensor manifest's open). */
 static int parse_sha(json_t *v, uint8_t out[32]) {
     const char *h = json_string_value(v);
-    if (!h || strlen(h) != 64) return 1;
-    for (int b = 0; b < 32; b++) {
-        unsigned x;
-        if (!isxdigit((unsigned char)h[2 * b]) || !isxdigit((unsigned char)h[2 * b + 1]) ||
-            sscanf(h + 2 * b, "%2x", &x) != 1)
-            return 1;
-        out[b] = (uint8_t)x;
-    }
-    return 0;
+    size_t got = 0;
+    if (!h || json_string_length(v) != 64) return 1;
+    return sodium_hex2bin(out, 32, h, 64, NULL, &got, NULL) != 0 || got != 32;
 }
 
 static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *path) {
