@@ -378,6 +378,18 @@ static void edit_size(json_t *root) {
     json_object_set_new(sh, "size", json_integer(json_integer_value(json_object_get(sh, "size")) + 1));
 }
 
+/* A sha256 with a non-hex digit, or one digit short. */
+static void edit_sha(json_t *root, int shorter) {
+    json_t *t = tensor_json(root, 1);
+    char h[65];
+    snprintf(h, sizeof h, "%s", json_string_value(json_object_get(t, "sha256")));
+    if (shorter) h[63] = 0;
+    else h[10] = 'g';
+    json_object_set_new(t, "sha256", json_string(h));
+}
+static void edit_sha_nonhex(json_t *root) { edit_sha(root, 0); }
+static void edit_sha_short(json_t *root) { edit_sha(root, 1); }
+
 static void expect_refused(const char *dir, int code, const char *w1, const char *w2) {
     char m[1024];
     path_in(m, sizeof m, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
@@ -420,6 +432,14 @@ static void bad_manifests(void) {
     copy_set("bad_gap", d, sizeof d);
     edit_manifest(d, edit_gap);
     expect_refused(d, TZR_EFORMAT, "big.weight", "gap");
+
+    copy_set("bad_sha_hex", d, sizeof d);
+    edit_manifest(d, edit_sha_nonhex);
+    expect_refused(d, TZR_EFORMAT, "layers.0.attn.weight", "bad sha256");
+
+    copy_set("bad_sha_short", d, sizeof d);
+    edit_manifest(d, edit_sha_short);
+    expect_refused(d, TZR_EFORMAT, "layers.0.attn.weight", "bad sha256");
 
     copy_set("bad_json", d, sizeof d);
     path_in(f, sizeof f, d, "model" TZR_SHARD_MANIFEST_SUFFIX);
