@@ -541,6 +541,63 @@ static void fast_and_tree_agree(void) {
     }
 }
 
+/* Many entries: every name is found at its file-order index whatever the
+ * JSON order (the name table is a hash table since #23), an absent one is
+ * not, and a duplicate far from its twin is refused with its name. */
+static void many_names(void) {
+    enum { N = 5000 };
+    size_t cap = (size_t)N * 80 + 16;
+    char *json = malloc(cap);
+    for (int form = 0; form < 3; form++) {
+        size_t jl = 0;
+        json[jl++] = '{';
+        for (int k = 0; k < N; k++) {
+            /* form 1 lists the tensors in reverse file order */
+            int i = form == 1 ? N - 1 - k : k;
+            /* form 2 names the last tensor as the first */
+            int nm = form == 2 && i == N - 1 ? 0 : i;
+            jl += (size_t)snprintf(json + jl, cap - jl, "%s\"n.%d\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                                   k ? "," : "", nm, i, i + 1);
+        }
+        json[jl++] = '}';
+        size_t len = 8 + jl + N;
+        unsigned char *b = calloc(1, len);
+        for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)jl >> (8 * i));
+        memcpy(b + 8, json, jl);
+        tzr_st_file *f = NULL;
+        int rc = tzr_st_parse(&f, b, len, "many");
+        if (form == 2) {
+            CHECKF(rc == TZR_EDUP && strstr(tzr_last_error(), "duplicate tensor name \"n.0\""), "%d %s", rc,
+                   tzr_last_error());
+            CHECK(f == NULL);
+            free(b);
+            continue;
+        }
+        CHECKF(rc == 0, "form %d: %s", form, tzr_last_error());
+        if (f) {
+            CHECK(tzr_st_count(f) == N);
+            int bad = 0;
+            for (int i = 0; i < N; i++) {
+                char name[16];
+                snprintf(name, sizeof name, "n.%d", i);
+                size_t idx = (size_t)-1;
+                const tzr_st_tensor *t = tzr_st_get(f, (size_t)i);
+                bad |= tzr_st_find(f, name, strlen(name), &idx) != 0 || idx != (size_t)i || !t ||
+                       strcmp(t->name, name) != 0 || t->data_offset != 8 + jl + (uint64_t)i ||
+                       t->ndim != 1 || t->shape[0] != 1;
+            }
+            CHECK(!bad);
+            size_t idx;
+            CHECK_RC(tzr_st_find(f, "n.5000", 6, &idx), TZR_ENOTFOUND);
+            CHECK_RC(tzr_st_find(f, "n.", 2, &idx), TZR_ENOTFOUND);
+            CHECK_RC(tzr_st_find(f, "", 0, &idx), TZR_ENOTFOUND);
+            tzr_st_free(f);
+        }
+        free(b);
+    }
+    free(json);
+}
+
 static void check_bad(const char *label, const unsigned char *b, size_t len, int want,
                       const char *m1, const char *m2) {
     tzr_st_file *f = (tzr_st_file *)1;
@@ -858,6 +915,7 @@ int main(void) {
     RUN(file_order_vs_json_order);
     RUN(corrupt_inputs);
     RUN(fast_and_tree_agree);
+    RUN(many_names);
     RUN(writer_rejects);
     RUN(writer_put_rules);
     RUN(writer_many_puts);
