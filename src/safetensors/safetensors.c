@@ -10,6 +10,7 @@
 #include "internal.h"
 #include "mem.h"
 #include "tzr_safetensors.h"
+#include "st_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -745,6 +746,8 @@ int tzr_st_open(tzr_st_file **out, const char *path) {
     *out = f;
     return 0;
 }
+
+void tzr_st_take_strings(tzr_st_file *f, tzr_arena *into) { tzr_arena_adopt(into, &f->strings); }
 
 size_t tzr_st_count(const tzr_st_file *f) { return f ? f->n : 0; }
 
