@@ -598,6 +598,65 @@ static void many_names(void) {
     free(json);
 }
 
+/* Through the reader: each tensor keeps its own dtype, item size, dtype
+ * string, name and shape when dtypes alternate (the reader parses a dtype
+ * string once per run of equal dtypes and keeps the parse's names and
+ * shapes since #23), whatever the JSON order. */
+static void reader_mixed_dtypes(void) {
+    static const char *jsons[] = {
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[8,14]},"
+        "\"cc\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[14,16]},"
+        "\"d\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[16,17]},"
+        "\"e\":{\"dtype\":\"F32\",\"shape\":[1,1],\"data_offsets\":[17,21]}}",
+        "{\"e\":{\"dtype\":\"F32\",\"shape\":[1,1],\"data_offsets\":[17,21]},"
+        "\"d\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[16,17]},"
+        "\"cc\":{\"dtype\":\"BF16\",\"shape\":[1],\"x\":0,\"data_offsets\":[14,16]},"
+        "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[8,14]},"
+        "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+    };
+    static const struct {
+        const char *name, *dstr;
+        size_t dlen;
+        tzr_dtype d;
+        uint32_t itemsize, ndim;
+        uint64_t shape0, numel;
+        int opaque;
+    } want[] = {
+        {"a", "<f4", 3, TZR_DTYPE_F32, 4, 1, 2, 2, 0},
+        {"b", "<V2\0torch.bfloat16", 18, TZR_DTYPE_BF16, 2, 1, 3, 3, 1},
+        {"cc", "<V2\0torch.bfloat16", 18, TZR_DTYPE_BF16, 2, 1, 1, 1, 1},
+        {"d", "|u1", 3, TZR_DTYPE_U8, 1, 0, 0, 1, 0},
+        {"e", "<f4", 3, TZR_DTYPE_F32, 4, 2, 1, 1, 0},
+    };
+    for (size_t k = 0; k < 2; k++) {
+        size_t jl = strlen(jsons[k]), len = 8 + jl + 21;
+        unsigned char *b = calloc(1, len);
+        for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)jl >> (8 * i));
+        memcpy(b + 8, jsons[k], jl);
+        tzr_source *src = NULL;
+        tzr_reader *r = NULL;
+        CHECK_OK(tzr_source_open_memory(&src, b, len, "mixed"));
+        CHECKF(tzr_reader_open_source(&r, src, NULL) == 0, "form %zu: %s", k, tzr_last_error());
+        if (r) {
+            CHECK(tzr_reader_count(r) == 5);
+            for (size_t i = 0; i < 5 && i < tzr_reader_count(r); i++) {
+                const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+                CHECKF(strcmp(t->name, want[i].name) == 0 && t->name_len == strlen(want[i].name) &&
+                           t->dtype == want[i].d && t->itemsize == want[i].itemsize &&
+                           t->dtype_len == want[i].dlen && memcmp(t->dtype_str, want[i].dstr, want[i].dlen + 1) == 0 &&
+                           t->opaque == want[i].opaque && t->ndim == want[i].ndim &&
+                           (t->ndim == 0 || t->shape[0] == want[i].shape0) && t->numel == want[i].numel &&
+                           t->nbytes == want[i].numel * want[i].itemsize,
+                       "form %zu tensor %zu", k, i);
+            }
+            CHECK(tzr_reader_tensor(r, 4)->shape[1] == 1);
+            tzr_reader_free(r);
+        }
+        free(b);
+    }
+}
+
 static void check_bad(const char *label, const unsigned char *b, size_t len, int want,
                       const char *m1, const char *m2) {
     tzr_st_file *f = (tzr_st_file *)1;
@@ -916,6 +975,7 @@ int main(void) {
     RUN(corrupt_inputs);
     RUN(fast_and_tree_agree);
     RUN(many_names);
+    RUN(reader_mixed_dtypes);
     RUN(writer_rejects);
     RUN(writer_put_rules);
     RUN(writer_many_puts);

@@ -49,17 +49,25 @@ int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len)
      * copying them was 4 MB of fresh memory for 100k tensors. */
     tzr_st_take_strings(f, &r->strings);
     r->totals_known = 1;
+    /* Consecutive tensors mostly share a dtype: parse its string once. */
+    tzr_dtype last = TZR_DTYPE_UNKNOWN, last_dt = TZR_DTYPE_UNKNOWN;
+    const char *dtype = NULL;
+    size_t dlen = 0;
+    uint32_t itemsize = 0;
+    int opaque = 0;
     for (size_t i = 0; i < n && !rc; i++) { /* file order: tzr_st_get is sorted by offset */
         const tzr_st_tensor *st = tzr_st_get(f, i);
         tensor_slot *s = &r->t[i];
         tzr_tensor_info *t = &s->info;
-        size_t dlen = 0;
-        /* A static string, NUL-terminated at dlen, shared by all. */
-        const char *dtype = tzr_dtype_string(st->dtype, &dlen);
-        if (!dtype) {
-            rc = tzr_fail(TZR_ENOTSUP, "%s: tensor '%s': dtype %s has no tensorizer form", r->src->name,
-                          st->name, st->st_dtype);
-            break;
+        if (st->dtype != last || i == 0) {
+            /* A static string, NUL-terminated at dlen, shared by all. */
+            if (!(dtype = tzr_dtype_string(st->dtype, &dlen))) {
+                rc = tzr_fail(TZR_ENOTSUP, "%s: tensor '%s': dtype %s has no tensorizer form", r->src->name,
+                              st->name, st->st_dtype);
+                break;
+            }
+            if ((rc = tzr_dtype_parse(dtype, dlen, &last_dt, &itemsize, &opaque))) break;
+            last = st->dtype;
         }
         t->name = st->name;
         t->name_len = st->name_len;
@@ -67,8 +75,8 @@ int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len)
         t->module_idx = 0;
         t->dtype_str = dtype;
         t->dtype_len = dlen;
-        int opaque = 0;
-        if ((rc = tzr_dtype_parse(dtype, dlen, &t->dtype, &t->itemsize, &opaque))) break;
+        t->dtype = last_dt;
+        t->itemsize = itemsize;
         t->opaque = opaque;
         t->ndim = st->ndim;
         t->numel = 1;

@@ -448,14 +448,13 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
         else if (seen != 7) return 0;
     }
     if (i >= n || p[i] != '}' || skip_ws(p, n, i + 1) != n) return 0;
-    /* The checks of parse_tensor; a failure is left to it. */
-    tzr_dtype dt;
-    char saved[1024];
-    int code;
-    tzr_error_save(saved, sizeof saved, &code);
-    int bad_dtype = tzr_st_dtype_parse(dtype, &dt) != 0;
-    tzr_error_restore(saved, code);
-    if (bad_dtype) return 0;
+    /* The checks of parse_tensor; a failure is left to it. The dtype is
+     * looked up quietly (saving and restoring the error message around
+     * tzr_st_dtype_parse was two snprintf a tensor). */
+    tzr_dtype dt = TZR_DTYPE_UNKNOWN;
+    for (size_t k = 0; k < N_ST_DTYPES && dt == TZR_DTYPE_UNKNOWN; k++)
+        if (strcmp(st_dtypes[k].st, dtype) == 0) dt = st_dtypes[k].d;
+    if (dt == TZR_DTYPE_UNKNOWN) return 0;
     uint64_t numel = 1, nbytes = 0;
     int has_zero = 0;
     for (size_t d = 0; d < ndim; d++) has_zero |= shape[d] == 0;
