@@ -407,8 +407,10 @@ static size_t fast_uints(const uint8_t *p, size_t n, size_t i, uint64_t *v, size
     }
 }
 
+/* The entry at p (n bytes: the rest of the header); *used gets its length
+ * when it is taken. */
 static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8_t *p, size_t n, st_entry *e,
-                       uint64_t data_len) {
+                       uint64_t data_len, size_t *used) {
     char dtype[32];
     uint64_t shape[TZR_MAX_DIMS], off[3];
     size_t ndim = 0, noff = 0;
@@ -447,7 +449,7 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
         if (i < n && p[i] == ',' && seen != 7) i = skip_ws(p, n, i + 1);
         else if (seen != 7) return 0;
     }
-    if (i >= n || p[i] != '}' || skip_ws(p, n, i + 1) != n) return 0;
+    if (i >= n || p[i] != '}') return 0;
     /* The checks of parse_tensor; a failure is left to it. The dtype is
      * looked up quietly (saving and restoring the error message around
      * tzr_st_dtype_parse was two snprintf a tensor). */
@@ -481,6 +483,7 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
     e->end = off[1];
     e->pub.nbytes = nbytes;
     e->pub.data_offset = 8 + f->header_len + e->begin;
+    *used = i + 1;
     return 1;
 }
 
@@ -520,8 +523,7 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
         for (i = ke; i < len && json_ws(p[i]); i++) {}
         if (i >= len || p[i] != ':') return ST_RETRY;
         for (i++; i < len && json_ws(p[i]); i++) {}
-        size_t vs = i, ve = scan_value(p, len, i);
-        if (!ve) return ST_RETRY;
+        size_t vs = i, ve, used;
         /* A plain ASCII key is its bytes; others are decoded by jansson. */
         const char *key = (const char *)p + ks + 1;
         size_t klen = ke - ks - 2;
@@ -537,10 +539,16 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
         if (!jk && !(klen == 12 && memcmp(key, "__metadata__", 12) == 0)) {
             int rc = add_entry(f);
             if (rc) return rc;
-            if (fast_tensor(f, key, klen, p + vs, ve - vs, &f->t[f->n], data_len)) {
+            /* Parsed where it lies: delimiting it first was a second pass. */
+            if (fast_tensor(f, key, klen, p + vs, len - vs, &f->t[f->n], data_len, &used)) {
                 f->t[f->n++].json_idx = idx++;
+                ve = vs + used;
                 goto next;
             }
+        }
+        if (!(ve = scan_value(p, len, vs))) {
+            json_decref(jk);
+            return ST_RETRY;
         }
         json_error_t err;
         json_t *v = json_loadb((const char *)p + vs, ve - vs, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &err);
