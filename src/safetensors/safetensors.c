@@ -85,6 +85,7 @@ struct tzr_st_file {
     tzr_arena strings;
     uint32_t *slots;    /* name hash table: entry index + 1, 0 when empty */
     size_t nslots;      /* a power of two, > 2 * n */
+    size_t dt_hint;     /* st_dtypes row of the last fast entry */
     char **meta;        /* key0, value0, key1, value1, ... */
     size_t n_meta;
 };
@@ -454,8 +455,10 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
      * looked up quietly (saving and restoring the error message around
      * tzr_st_dtype_parse was two snprintf a tensor). */
     tzr_dtype dt = TZR_DTYPE_UNKNOWN;
+    /* The previous entry's dtype first: runs of one dtype are the rule. */
+    if (strcmp(st_dtypes[f->dt_hint].st, dtype) == 0) dt = st_dtypes[f->dt_hint].d;
     for (size_t k = 0; k < N_ST_DTYPES && dt == TZR_DTYPE_UNKNOWN; k++)
-        if (strcmp(st_dtypes[k].st, dtype) == 0) dt = st_dtypes[k].d;
+        if (strcmp(st_dtypes[k].st, dtype) == 0) dt = st_dtypes[f->dt_hint = k].d;
     if (dt == TZR_DTYPE_UNKNOWN) return 0;
     uint64_t numel = 1, nbytes = 0;
     int has_zero = 0;
