@@ -541,6 +541,122 @@ static void fast_and_tree_agree(void) {
     }
 }
 
+/* Many entries: every name is found at its file-order index whatever the
+ * JSON order (the name table is a hash table since #23), an absent one is
+ * not, and a duplicate far from its twin is refused with its name. */
+static void many_names(void) {
+    enum { N = 5000 };
+    size_t cap = (size_t)N * 80 + 16;
+    char *json = malloc(cap);
+    for (int form = 0; form < 3; form++) {
+        size_t jl = 0;
+        json[jl++] = '{';
+        for (int k = 0; k < N; k++) {
+            /* form 1 lists the tensors in reverse file order */
+            int i = form == 1 ? N - 1 - k : k;
+            /* form 2 names the last tensor as the first */
+            int nm = form == 2 && i == N - 1 ? 0 : i;
+            jl += (size_t)snprintf(json + jl, cap - jl, "%s\"n.%d\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                                   k ? "," : "", nm, i, i + 1);
+        }
+        json[jl++] = '}';
+        size_t len = 8 + jl + N;
+        unsigned char *b = calloc(1, len);
+        for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)jl >> (8 * i));
+        memcpy(b + 8, json, jl);
+        tzr_st_file *f = NULL;
+        int rc = tzr_st_parse(&f, b, len, "many");
+        if (form == 2) {
+            CHECKF(rc == TZR_EDUP && strstr(tzr_last_error(), "duplicate tensor name \"n.0\""), "%d %s", rc,
+                   tzr_last_error());
+            CHECK(f == NULL);
+            free(b);
+            continue;
+        }
+        CHECKF(rc == 0, "form %d: %s", form, tzr_last_error());
+        if (f) {
+            CHECK(tzr_st_count(f) == N);
+            int bad = 0;
+            for (int i = 0; i < N; i++) {
+                char name[16];
+                snprintf(name, sizeof name, "n.%d", i);
+                size_t idx = (size_t)-1;
+                const tzr_st_tensor *t = tzr_st_get(f, (size_t)i);
+                bad |= tzr_st_find(f, name, strlen(name), &idx) != 0 || idx != (size_t)i || !t ||
+                       strcmp(t->name, name) != 0 || t->data_offset != 8 + jl + (uint64_t)i ||
+                       t->ndim != 1 || t->shape[0] != 1;
+            }
+            CHECK(!bad);
+            size_t idx;
+            CHECK_RC(tzr_st_find(f, "n.5000", 6, &idx), TZR_ENOTFOUND);
+            CHECK_RC(tzr_st_find(f, "n.", 2, &idx), TZR_ENOTFOUND);
+            CHECK_RC(tzr_st_find(f, "", 0, &idx), TZR_ENOTFOUND);
+            tzr_st_free(f);
+        }
+        free(b);
+    }
+    free(json);
+}
+
+/* Through the reader: each tensor keeps its own dtype, item size, dtype
+ * string, name and shape when dtypes alternate (the reader parses a dtype
+ * string once per run of equal dtypes and keeps the parse's names and
+ * shapes since #23), whatever the JSON order. */
+static void reader_mixed_dtypes(void) {
+    static const char *jsons[] = {
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[8,14]},"
+        "\"cc\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[14,16]},"
+        "\"d\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[16,17]},"
+        "\"e\":{\"dtype\":\"F32\",\"shape\":[1,1],\"data_offsets\":[17,21]}}",
+        "{\"e\":{\"dtype\":\"F32\",\"shape\":[1,1],\"data_offsets\":[17,21]},"
+        "\"d\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[16,17]},"
+        "\"cc\":{\"dtype\":\"BF16\",\"shape\":[1],\"x\":0,\"data_offsets\":[14,16]},"
+        "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[8,14]},"
+        "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+    };
+    static const struct {
+        const char *name, *dstr;
+        size_t dlen;
+        tzr_dtype d;
+        uint32_t itemsize, ndim;
+        uint64_t shape0, numel;
+        int opaque;
+    } want[] = {
+        {"a", "<f4", 3, TZR_DTYPE_F32, 4, 1, 2, 2, 0},
+        {"b", "<V2\0torch.bfloat16", 18, TZR_DTYPE_BF16, 2, 1, 3, 3, 1},
+        {"cc", "<V2\0torch.bfloat16", 18, TZR_DTYPE_BF16, 2, 1, 1, 1, 1},
+        {"d", "|u1", 3, TZR_DTYPE_U8, 1, 0, 0, 1, 0},
+        {"e", "<f4", 3, TZR_DTYPE_F32, 4, 2, 1, 1, 0},
+    };
+    for (size_t k = 0; k < 2; k++) {
+        size_t jl = strlen(jsons[k]), len = 8 + jl + 21;
+        unsigned char *b = calloc(1, len);
+        for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)jl >> (8 * i));
+        memcpy(b + 8, jsons[k], jl);
+        tzr_source *src = NULL;
+        tzr_reader *r = NULL;
+        CHECK_OK(tzr_source_open_memory(&src, b, len, "mixed"));
+        CHECKF(tzr_reader_open_source(&r, src, NULL) == 0, "form %zu: %s", k, tzr_last_error());
+        if (r) {
+            CHECK(tzr_reader_count(r) == 5);
+            for (size_t i = 0; i < 5 && i < tzr_reader_count(r); i++) {
+                const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+                CHECKF(strcmp(t->name, want[i].name) == 0 && t->name_len == strlen(want[i].name) &&
+                           t->dtype == want[i].d && t->itemsize == want[i].itemsize &&
+                           t->dtype_len == want[i].dlen && memcmp(t->dtype_str, want[i].dstr, want[i].dlen + 1) == 0 &&
+                           t->opaque == want[i].opaque && t->ndim == want[i].ndim &&
+                           (t->ndim == 0 || t->shape[0] == want[i].shape0) && t->numel == want[i].numel &&
+                           t->nbytes == want[i].numel * want[i].itemsize,
+                       "form %zu tensor %zu", k, i);
+            }
+            CHECK(tzr_reader_tensor(r, 4)->shape[1] == 1);
+            tzr_reader_free(r);
+        }
+        free(b);
+    }
+}
+
 static void check_bad(const char *label, const unsigned char *b, size_t len, int want,
                       const char *m1, const char *m2) {
     tzr_st_file *f = (tzr_st_file *)1;
@@ -858,6 +974,8 @@ int main(void) {
     RUN(file_order_vs_json_order);
     RUN(corrupt_inputs);
     RUN(fast_and_tree_agree);
+    RUN(many_names);
+    RUN(reader_mixed_dtypes);
     RUN(writer_rejects);
     RUN(writer_put_rules);
     RUN(writer_many_puts);

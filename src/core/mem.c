@@ -95,6 +95,22 @@ void tzr_arena_free(tzr_arena *a) {
     memset(a, 0, sizeof *a);
 }
 
+void tzr_arena_adopt(tzr_arena *a, tzr_arena *from) {
+    arena_block *b = from->blocks;
+    if (!b) return;
+    while (b->next) b = b->next;
+    /* Behind a's current block: a goes on allocating from that one. */
+    arena_block *head = a->blocks;
+    if (head) {
+        b->next = head->next;
+        head->next = from->blocks;
+    } else {
+        b->next = NULL;
+        a->blocks = from->blocks;
+    }
+    memset(from, 0, sizeof *from);
+}
+
 /* Fresh anonymous mappings are zero already: calloc_big's memset of a
  * 18 MB table (100k tensors) was a whole extra pass of writes. */
 void *tzr_map_zeroed(size_t n, size_t size) {

@@ -33,4 +33,7 @@ typedef struct tzr_arena {
 } tzr_arena;
 TZR_HIDDEN void *tzr_arena_alloc(tzr_arena *a, size_t len);
 TZR_HIDDEN void tzr_arena_free(tzr_arena *a);
+/* Hand from's blocks to a (freed with a); from is left empty. What was
+ * allocated in from stays where it is. */
+TZR_HIDDEN void tzr_arena_adopt(tzr_arena *a, tzr_arena *from);
 #endif

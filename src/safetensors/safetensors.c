@@ -10,6 +10,7 @@
 #include "internal.h"
 #include "mem.h"
 #include "tzr_safetensors.h"
+#include "st_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -78,7 +79,13 @@ struct tzr_st_file {
     uint64_t header_len;
     st_entry *t;
     size_t n;
-    st_entry **by_name; /* sorted by name bytes, for tzr_st_find */
+    size_t cap;         /* entries t has room for */
+    /* Names and shapes of all entries, one bump arena: a malloc each cost
+     * ~6 MB of fresh 4 KiB pages for 100k tensors. */
+    tzr_arena strings;
+    uint32_t *slots;    /* name hash table: entry index + 1, 0 when empty */
+    size_t nslots;      /* a power of two, > 2 * n */
+    size_t dt_hint;     /* st_dtypes row of the last fast entry */
     char **meta;        /* key0, value0, key1, value1, ... */
     size_t n_meta;
 };
@@ -141,8 +148,8 @@ static int parse_tensor(tzr_st_file *f, const char *key, size_t klen, json_t *v,
     if (!json_is_object(v))
         return tensor_fail(f, key, klen, TZR_EFORMAT, "entry is a JSON %s, not an object",
                            json_kind(v));
-    /* Copy the name first so the entry can be freed whatever fails next. */
-    char *name = malloc(klen + 1);
+    /* Copy the name first so messages past this point can use it. */
+    char *name = tzr_arena_alloc(&f->strings, klen + 1);
     if (!name) return tzr_fail(TZR_ENOMEM, "out of memory");
     memcpy(name, key, klen);
     name[klen] = 0;
@@ -176,7 +183,7 @@ static int parse_tensor(tzr_st_file *f, const char *key, size_t klen, json_t *v,
     if (ndim > TZR_MAX_DIMS)
         return tensor_fail(f, key, klen, TZR_ELIMIT, "shape has %zu dimensions (limit %d)", ndim,
                            TZR_MAX_DIMS);
-    uint64_t *shape = calloc(ndim ? ndim : 1, sizeof *shape);
+    uint64_t *shape = tzr_arena_alloc(&f->strings, (ndim ? ndim : 1) * sizeof *shape);
     if (!shape) return tzr_fail(TZR_ENOMEM, "out of memory");
     e->pub.shape = shape;
     e->pub.ndim = (uint32_t)ndim;
@@ -262,12 +269,18 @@ static int cmp_offset(const void *a, const void *b) {
     return x->json_idx < y->json_idx ? -1 : x->json_idx > y->json_idx;
 }
 
-static int cmp_name(const void *a, const void *b) {
-    const st_entry *x = *(st_entry *const *)a, *y = *(st_entry *const *)b;
-    size_t n = x->pub.name_len < y->pub.name_len ? x->pub.name_len : y->pub.name_len;
-    int c = memcmp(x->pub.name, y->pub.name, n);
-    if (c) return c;
-    return x->pub.name_len < y->pub.name_len ? -1 : x->pub.name_len > y->pub.name_len;
+/* The slot holding this name, or the empty slot where it would go
+ * (linear probing; the table is at most half full). */
+static size_t slot_of(const tzr_st_file *f, const char *name, size_t len) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (uint8_t)name[i]) * 0x100000001b3ull;
+    size_t mask = f->nslots - 1;
+    for (size_t k = (size_t)(h ^ h >> 29) & mask;; k = (k + 1) & mask) {
+        uint32_t s = f->slots[k];
+        if (!s) return k;
+        const tzr_st_tensor *t = &f->t[s - 1].pub;
+        if (t->name_len == len && memcmp(t->name, name, len) == 0) return k;
+    }
 }
 
 /* The header through jansson as one tree: the fallback for headers the
@@ -395,8 +408,10 @@ static size_t fast_uints(const uint8_t *p, size_t n, size_t i, uint64_t *v, size
     }
 }
 
+/* The entry at p (n bytes: the rest of the header); *used gets its length
+ * when it is taken. */
 static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8_t *p, size_t n, st_entry *e,
-                       uint64_t data_len) {
+                       uint64_t data_len, size_t *used) {
     char dtype[32];
     uint64_t shape[TZR_MAX_DIMS], off[3];
     size_t ndim = 0, noff = 0;
@@ -435,15 +450,16 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
         if (i < n && p[i] == ',' && seen != 7) i = skip_ws(p, n, i + 1);
         else if (seen != 7) return 0;
     }
-    if (i >= n || p[i] != '}' || skip_ws(p, n, i + 1) != n) return 0;
-    /* The checks of parse_tensor; a failure is left to it. */
-    tzr_dtype dt;
-    char saved[1024];
-    int code;
-    tzr_error_save(saved, sizeof saved, &code);
-    int bad_dtype = tzr_st_dtype_parse(dtype, &dt) != 0;
-    tzr_error_restore(saved, code);
-    if (bad_dtype) return 0;
+    if (i >= n || p[i] != '}') return 0;
+    /* The checks of parse_tensor; a failure is left to it. The dtype is
+     * looked up quietly (saving and restoring the error message around
+     * tzr_st_dtype_parse was two snprintf a tensor). */
+    tzr_dtype dt = TZR_DTYPE_UNKNOWN;
+    /* The previous entry's dtype first: runs of one dtype are the rule. */
+    if (strcmp(st_dtypes[f->dt_hint].st, dtype) == 0) dt = st_dtypes[f->dt_hint].d;
+    for (size_t k = 0; k < N_ST_DTYPES && dt == TZR_DTYPE_UNKNOWN; k++)
+        if (strcmp(st_dtypes[k].st, dtype) == 0) dt = st_dtypes[f->dt_hint = k].d;
+    if (dt == TZR_DTYPE_UNKNOWN) return 0;
     uint64_t numel = 1, nbytes = 0;
     int has_zero = 0;
     for (size_t d = 0; d < ndim; d++) has_zero |= shape[d] == 0;
@@ -453,13 +469,10 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
         if (!tzr_mul_ok(numel, tzr_dtype_size(dt), &nbytes)) return 0;
     }
     if (off[0] > off[1] || off[1] - off[0] != nbytes || off[1] > data_len) return 0;
-    char *name = malloc(klen + 1);
-    uint64_t *sh = calloc(ndim ? ndim : 1, sizeof *sh);
-    if (!name || !sh) {
-        free(name);
-        free(sh);
-        return 0; /* the tree parse reports it */
-    }
+    /* Shape then name in one piece (the arena aligns each piece to 16). */
+    uint64_t *sh = tzr_arena_alloc(&f->strings, ndim * sizeof *sh + klen + 1);
+    if (!sh) return 0; /* the tree parse reports it */
+    char *name = (char *)(sh + ndim);
     memcpy(name, key, klen);
     name[klen] = 0;
     memcpy(sh, shape, ndim * sizeof *sh);
@@ -473,25 +486,34 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
     e->end = off[1];
     e->pub.nbytes = nbytes;
     e->pub.data_offset = 8 + f->header_len + e->begin;
+    *used = i + 1;
     return 1;
 }
 
-static int add_entry(tzr_st_file *f, size_t *cap) {
-    if (f->n < *cap) return 0;
-    size_t nc = *cap ? 2 * *cap : 64;
-    /* Huge pages once large (tzr_grow_big): realloc's fresh 4 KiB pages
-     * cost a fault each, 3,300 of them for 100k entries. */
-    st_entry *t = nc > SIZE_MAX / sizeof *t ? NULL : tzr_grow_big(f->t, *cap * sizeof *t, nc * sizeof *t);
-    if (!t) return tzr_fail(TZR_ENOMEM, "out of memory");
-    memset(t + *cap, 0, (nc - *cap) * sizeof *t);
-    f->t = t;
-    *cap = nc;
+/* The smallest tensor entry, "a":{"dtype":"U8","shape":[],"data_offsets":[0,0]},
+ * is 50 bytes: a header of n bytes holds at most n / 50 + 1 of them. */
+#define ST_MIN_ENTRY 50
+
+/* Room for entry f->n, zeroed. The first call reserves for as many
+ * entries as the header can hold: address space only (huge-page-aligned,
+ * untouched pages are never faulted), where doubling from 64 copied and
+ * faulted twice the final table. Growing past that stays as a fallback. */
+static int add_entry(tzr_st_file *f) {
+    if (f->n == f->cap) {
+        size_t nc = f->cap ? 2 * f->cap : (size_t)(f->header_len / ST_MIN_ENTRY) + 1;
+        if (nc < 64) nc = 64;
+        st_entry *t = nc > SIZE_MAX / sizeof *t ? NULL : tzr_grow_big(f->t, f->cap * sizeof *t, nc * sizeof *t);
+        if (!t) return tzr_fail(TZR_ENOMEM, "out of memory");
+        f->t = t;
+        f->cap = nc;
+    }
+    memset(&f->t[f->n], 0, sizeof *f->t);
     return 0;
 }
 
 static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
     const uint8_t *p = f->base + 8;
-    size_t len = (size_t)n, i = 0, cap = 0, idx = 0;
+    size_t len = (size_t)n, i = 0, idx = 0;
     int have_meta = 0;
     while (i < len && json_ws(p[i])) i++;
     if (i >= len || p[i] != '{') return ST_RETRY;
@@ -504,8 +526,7 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
         for (i = ke; i < len && json_ws(p[i]); i++) {}
         if (i >= len || p[i] != ':') return ST_RETRY;
         for (i++; i < len && json_ws(p[i]); i++) {}
-        size_t vs = i, ve = scan_value(p, len, i);
-        if (!ve) return ST_RETRY;
+        size_t vs = i, ve, used;
         /* A plain ASCII key is its bytes; others are decoded by jansson. */
         const char *key = (const char *)p + ks + 1;
         size_t klen = ke - ks - 2;
@@ -519,12 +540,18 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
                 break;
             }
         if (!jk && !(klen == 12 && memcmp(key, "__metadata__", 12) == 0)) {
-            int rc = add_entry(f, &cap);
+            int rc = add_entry(f);
             if (rc) return rc;
-            if (fast_tensor(f, key, klen, p + vs, ve - vs, &f->t[f->n], data_len)) {
+            /* Parsed where it lies: delimiting it first was a second pass. */
+            if (fast_tensor(f, key, klen, p + vs, len - vs, &f->t[f->n], data_len, &used)) {
                 f->t[f->n++].json_idx = idx++;
+                ve = vs + used;
                 goto next;
             }
+        }
+        if (!(ve = scan_value(p, len, vs))) {
+            json_decref(jk);
+            return ST_RETRY;
         }
         json_error_t err;
         json_t *v = json_loadb((const char *)p + vs, ve - vs, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &err);
@@ -538,7 +565,7 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
                                       f->name, (unsigned long long)(8 + n))
                            : parse_metadata(f, v);
             have_meta = 1;
-        } else if (!(rc = add_entry(f, &cap))) {
+        } else if (!(rc = add_entry(f))) {
             st_entry *e = &f->t[f->n++];
             e->json_idx = idx++;
             rc = parse_tensor(f, key, klen, v, e, data_len);
@@ -559,13 +586,10 @@ end:
 
 /* What a linear scan built, dropped before the tree parse retries. */
 static void drop_entries(tzr_st_file *f) {
-    for (size_t i = 0; i < f->n; i++) {
-        free((void *)f->t[i].pub.name);
-        free((void *)f->t[i].pub.shape);
-    }
+    tzr_arena_free(&f->strings);
     free(f->t);
     f->t = NULL;
-    f->n = 0;
+    f->n = f->cap = 0;
     for (size_t i = 0; i < 2 * f->n_meta; i++) free(f->meta[i]);
     free(f->meta);
     f->meta = NULL;
@@ -588,6 +612,9 @@ static int parse_into(tzr_st_file *f) {
         return tzr_fail(TZR_EINVAL, "%s: %zu header bytes given, the header needs %llu", f->name, f->have,
                         (unsigned long long)(8 + n));
     uint64_t data_len = f->len - 8 - n;
+    /* One arena block for a large header's names and shapes (address
+     * space: only what is used is touched). */
+    if (n > TZR_ARENA_FIRST) f->strings.block_size = (size_t)n;
     int rc = parse_linear(f, n, data_len);
     if (rc == ST_RETRY) {
         drop_entries(f);
@@ -600,18 +627,23 @@ static int parse_into(tzr_st_file *f) {
     size_t unsorted = 0;
     for (size_t i = 1; i < f->n && !unsorted; i++) unsorted = cmp_offset(&f->t[i - 1], &f->t[i]) > 0;
     if (unsorted) qsort(f->t, f->n, sizeof *f->t, cmp_offset);
-    f->by_name = malloc((f->n ? f->n : 1) * sizeof *f->by_name);
-    if (!f->by_name) return tzr_fail(TZR_ENOMEM, "out of memory");
-    for (size_t i = 0; i < f->n; i++) f->by_name[i] = &f->t[i];
-    qsort(f->by_name, f->n, sizeof *f->by_name, cmp_name);
-    /* The linear scan sees each key alone: two equal names meet here. */
-    for (size_t i = 1; i < f->n; i++) {
-        const st_entry *a = f->by_name[i - 1], *b = f->by_name[i];
-        if (a->pub.name_len == b->pub.name_len && memcmp(a->pub.name, b->pub.name, a->pub.name_len) == 0) {
+    /* A name hash table for tzr_st_find; the linear scan sees each key
+     * alone, so two equal names meet here. (It replaced a sort by name:
+     * ~17 memcmp a name for 100k tensors.) */
+    if (f->n > UINT32_MAX - 1) return tzr_fail(TZR_ELIMIT, "%s: over 2^32 tensors", f->name);
+    f->nslots = 16;
+    while (f->nslots <= 2 * f->n) f->nslots *= 2;
+    f->slots = tzr_map_zeroed(f->nslots, sizeof *f->slots);
+    if (!f->slots) return tzr_fail(TZR_ENOMEM, "out of memory");
+    for (size_t i = 0; i < f->n; i++) {
+        const st_entry *e = &f->t[i];
+        size_t k = slot_of(f, e->pub.name, e->pub.name_len);
+        if (f->slots[k]) {
             char nb[TZR_NAMEBUF];
             return tzr_fail(TZR_EDUP, "%s: header JSON (bytes 8..%llu): duplicate tensor name \"%s\"", f->name,
-                            (unsigned long long)(8 + n), tzr_printable(a->pub.name, a->pub.name_len, nb, sizeof nb));
+                            (unsigned long long)(8 + n), tzr_printable(e->pub.name, e->pub.name_len, nb, sizeof nb));
         }
+        f->slots[k] = (uint32_t)(i + 1);
     }
     /* After sorting by start, a tensor overlaps an earlier one exactly when
      * it starts before the furthest end seen so far. Zero-byte tensors
@@ -725,6 +757,8 @@ int tzr_st_open(tzr_st_file **out, const char *path) {
     return 0;
 }
 
+void tzr_st_take_strings(tzr_st_file *f, tzr_arena *into) { tzr_arena_adopt(into, &f->strings); }
+
 size_t tzr_st_count(const tzr_st_file *f) { return f ? f->n : 0; }
 
 const tzr_st_tensor *tzr_st_get(const tzr_st_file *f, size_t i) {
@@ -737,18 +771,10 @@ const void *tzr_st_data(const tzr_st_file *f, size_t i) {
 
 int tzr_st_find(const tzr_st_file *f, const char *name, size_t name_len, size_t *index) {
     if (!f || (!name && name_len)) return tzr_fail(TZR_EINVAL, "tzr_st_find: NULL argument");
-    size_t lo = 0, hi = f->n;
-    st_entry key = {.pub = {.name = name ? name : "", .name_len = name_len}};
-    const st_entry *kp = &key;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = cmp_name(&kp, &f->by_name[mid]);
-        if (c == 0) {
-            if (index) *index = (size_t)(f->by_name[mid] - f->t);
-            return 0;
-        }
-        if (c < 0) hi = mid;
-        else lo = mid + 1;
+    uint32_t s = f->slots ? f->slots[slot_of(f, name ? name : "", name_len)] : 0;
+    if (s) {
+        if (index) *index = s - 1;
+        return 0;
     }
     char nb[TZR_NAMEBUF];
     return tzr_fail(TZR_ENOTFOUND, "%s: no tensor '%s'", f->name,
@@ -769,12 +795,9 @@ int tzr_st_metadata_get(const tzr_st_file *f, size_t i, const char **key, const 
 void tzr_st_free(tzr_st_file *f) {
     TZR_KEEP_ERROR;
     if (!f) return;
-    for (size_t i = 0; i < f->n; i++) {
-        free((void *)f->t[i].pub.name);
-        free((void *)f->t[i].pub.shape);
-    }
+    tzr_arena_free(&f->strings);
     free(f->t);
-    free(f->by_name);
+    tzr_unmap_zeroed(f->slots, f->nslots, sizeof *f->slots);
     for (size_t i = 0; i < 2 * f->n_meta; i++) free(f->meta[i]);
     free(f->meta);
     if (f->map) munmap(f->map, f->len);
