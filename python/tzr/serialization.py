@@ -258,6 +258,26 @@ def _class_swap_works():
 
 _SWAP = None  # _class_swap_works(), once
 
+def index_sums(items):
+    """What tzr_writer_reserve / tzr_shard_writer_reserve take for these
+    (name, tensor) pairs: their count and the sums of their encoded name
+    lengths, dtype-string lengths, dimension counts and data bytes (a meta
+    tensor has none). Raises what an unsupported tensor raises."""
+    names = dtypes = dims = nbytes = 0
+    for name, t in items:
+        if torch is not None and isinstance(t, torch.Tensor):
+            dts, nd = _dtypes.from_torch(t.dtype), t.dim()
+            nbytes += 0 if t.is_meta else t.numel() * t.element_size()
+        else:
+            a = np.asarray(t)
+            dts, nd = _dtypes.from_numpy(a.dtype), a.ndim
+            nbytes += a.nbytes
+        names += len(encode_name(name))
+        dtypes += len(dts)
+        dims += nd
+    return len(items), names, dtypes, dims, nbytes
+
+
 _HUGE = 2 << 20
 _MADV_HUGEPAGE = 14
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -827,22 +847,11 @@ class TensorSerializer:
         else exactly their entries. Later writes keep the reservation."""
         if self._written or not items:
             return
-        names = dtypes = dims = nbytes = 0
         try:
-            for name, t in items:
-                if torch is not None and isinstance(t, torch.Tensor):
-                    dts, nd = _dtypes.from_torch(t.dtype), t.dim()
-                    nbytes += 0 if t.is_meta else t.numel() * t.element_size()
-                else:
-                    a = np.asarray(t)
-                    dts, nd = _dtypes.from_numpy(a.dtype), a.ndim
-                    nbytes += a.nbytes
-                names += len(encode_name(name))
-                dtypes += len(dts)
-                dims += nd
+            sums = index_sums(items)
         except (TypeError, ValueError, NotImplementedError):
             return  # write_tensor raises it for the tensor at fault
-        self._check(lib.tzr_writer_reserve(self._handle(), len(items), names, dtypes, dims, nbytes))
+        self._check(lib.tzr_writer_reserve(self._handle(), *sums))
 
     def write_module(self, m, remove_tensors=False, *, include_non_persistent_buffers=True):
         items = []

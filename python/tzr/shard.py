@@ -16,7 +16,7 @@ import numpy as np
 from . import _dtypes, _lib
 from ._dtypes import torch
 from ._lib import check, lib
-from .serialization import _resolve_device, encode_name
+from .serialization import _resolve_device, encode_name, index_sums
 
 REPLICATED = -1
 
@@ -43,18 +43,7 @@ class ShardWriter:
         """Size the shard's index for the (name, tensor) pairs about to be
         added, before the first (tzr_shard_writer_reserve): without it a
         shard keeps tensorizer's 256 KiB, about 4,500 small tensors."""
-        names = dtypes = dims = nbytes = 0
-        for name, t in items:
-            if torch is not None and isinstance(t, torch.Tensor):
-                dts, nd, nb = _dtypes.from_torch(t.dtype), t.dim(), t.numel() * t.element_size()
-            else:
-                a = _dtypes.c_order(t)
-                dts, nd, nb = _dtypes.from_numpy(a.dtype), a.ndim, a.nbytes
-            names += len(encode_name(name))
-            dtypes += len(dts)
-            dims += nd
-            nbytes += nb
-        check(lib.tzr_shard_writer_reserve(self._h, len(items), names, dtypes, dims, nbytes))
+        check(lib.tzr_shard_writer_reserve(self._h, *index_sums(items)))
 
     def add(self, name, tensor, global_shape=None, dim=None, offset=0):
         """Add this rank's slice `tensor` of the global tensor `name`: cut
