@@ -292,9 +292,8 @@ static int list_table(const opts *o, tzr_reader *r, char (*hex)[65]) {
         shape_text(t->shape, t->ndim, shape, sizeof shape);
         const char *dt = dtype_shown(t->dtype, t->dtype_str);
         char zcol[40] = "";
-        if (z)
-            snprintf(zcol, sizeof zcol, " %12llu %-5s", (unsigned long long)t->stored_length,
-                     tzr_compression_name(t->compression) ? tzr_compression_name(t->compression) : "?");
+        const char *codec = tzr_compression_name(t->compression);
+        if (z) snprintf(zcol, sizeof zcol, " %12llu %-5s", (unsigned long long)t->stored_length, codec ? codec : "?");
         char nb[4096];
         printf("%6zu  %-40s %-10s %6d %-16s %-20s %12llu%s%s%s%s\n", i, cli_printable(shown_name(t), nb, sizeof nb),
                type_name(t->type),
@@ -318,8 +317,8 @@ static int list_json(const opts *o, tzr_reader *r, char (*hex)[65]) {
         json_object_set_new(obj, "shape", shape_json(t->shape, t->ndim));
         json_object_set_new(obj, "data_length", json_integer((json_int_t)t->data_length));
         json_object_set_new(obj, "stored_length", json_integer((json_int_t)t->stored_length));
-        json_object_set_new(obj, "compression", json_string(tzr_compression_name(t->compression) ? tzr_compression_name(t->compression)
-                                                                                         : "unknown"));
+        const char *codec = tzr_compression_name(t->compression);
+        json_object_set_new(obj, "compression", json_string(codec ? codec : "unknown"));
         json_object_set_new(obj, "meta", json_boolean(t->meta));
         if (hex) json_object_set_new(obj, "data_sha256", json_string(hex[i]));
         json_array_append_new(arr, obj);
