@@ -18,7 +18,7 @@ static char load_msg[512];
 
 static void load(void) {
     void *fns[NNAMES];
-    tzr_dl_spec spec = {"NCCL", "TZR_NCCL", NCCL_LIBS, NCCL_NAMES, NNAMES};
+    tzr_dl_spec spec = {"NCCL", "TZR_NCCL", NCCL_LIBS, NCCL_NAMES, NNAMES, 0};
     if ((load_rc = tzr_dl_load(&spec, fns, load_msg, sizeof load_msg))) return;
     size_t k = 0;
 #define TZR_NCCL_SET(ret, name, args) memcpy(&api.name, &fns[k++], sizeof(void *));

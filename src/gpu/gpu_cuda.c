@@ -17,6 +17,8 @@ const tzr_gpu_runtime tzr_gpu_cuda = {
             [TZR_GPU_F(dev_free)] = "cudaFree",
             [TZR_GPU_F(host_alloc)] = "cudaHostAlloc",
             [TZR_GPU_F(host_free)] = "cudaFreeHost",
+            [TZR_GPU_F(host_register)] = "cudaHostRegister",
+            [TZR_GPU_F(host_unregister)] = "cudaHostUnregister",
             [TZR_GPU_F(copy)] = "cudaMemcpy",
             [TZR_GPU_F(copy_async)] = "cudaMemcpyAsync",
             [TZR_GPU_F(stream_create)] = "cudaStreamCreateWithFlags",
@@ -29,5 +31,8 @@ const tzr_gpu_runtime tzr_gpu_cuda = {
             [TZR_GPU_F(event_destroy)] = "cudaEventDestroy",
             [TZR_GPU_F(device_sync)] = "cudaDeviceSynchronize",
             [TZR_GPU_F(error_string)] = "cudaGetErrorString",
+            [TZR_GPU_F(runtime_version)] = "cudaRuntimeGetVersion",
+            [TZR_GPU_F(copy_batch_async)] = "cudaMemcpyBatchAsync",
         },
+    .batch_min_version = 13000,
 };

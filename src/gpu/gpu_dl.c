@@ -21,7 +21,9 @@ int tzr_dl_load(const tzr_dl_spec *s, void **fns, char *msg, size_t cap) {
         return TZR_ENODEV;
     }
     for (size_t k = 0; k < s->nsymbols; k++) {
-        if (!s->symbols[k] || !(fns[k] = dlsym(h, s->symbols[k]))) {
+        fns[k] = s->symbols[k] ? dlsym(h, s->symbols[k]) : NULL;
+        if (!fns[k] && k >= s->nsymbols - s->noptional) continue;
+        if (!fns[k]) {
             snprintf(msg, cap, "%s %s lacks %s", s->what, tried, s->symbols[k] ? s->symbols[k] : "(unnamed)");
             dlclose(h);
             return TZR_ENODEV;

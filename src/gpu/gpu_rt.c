@@ -16,7 +16,7 @@ static char load_msg[512];
 
 static int load_row(const tzr_gpu_runtime *rt) {
     void *fns[TZR_GPU_NFUNCTIONS];
-    tzr_dl_spec spec = {rt->name, rt->env, rt->libs, rt->symbols, TZR_GPU_NFUNCTIONS};
+    tzr_dl_spec spec = {rt->name, rt->env, rt->libs, rt->symbols, TZR_GPU_NFUNCTIONS, TZR_GPU_NOPTIONAL};
     char what[64];
     snprintf(what, sizeof what, "%s runtime", rt->name);
     spec.what = what;
@@ -25,6 +25,9 @@ static int load_row(const tzr_gpu_runtime *rt) {
     TZR_GPU_FUNCTIONS(TZR_GPU_SET)
 #undef TZR_GPU_SET
     api.rt = rt;
+    int version = 0;
+    if (!api.runtime_version || api.runtime_version(&version) != 0 || version < rt->batch_min_version)
+        api.copy_batch_async = NULL;
     int count = 0, err = api.device_count(&count);
     if (err != 0 || count <= 0) {
         if (err)

@@ -11,12 +11,21 @@
 typedef void *tzr_gpu_stream;
 typedef void *tzr_gpu_event;
 
+/* cudaMemcpyAttributes: how a batch's copies may read their sources. */
+typedef struct tzr_gpu_copy_attrs {
+    int src_access_order; /* TZR_GPU_SRC_ACCESS_STREAM */
+    int src_loc_type, src_loc_id, dst_loc_type, dst_loc_id;
+    unsigned flags;
+} tzr_gpu_copy_attrs;
+#define TZR_GPU_SRC_ACCESS_STREAM 1 /* cudaMemcpySrcAccessOrderStream */
+
 #define TZR_GPU_MEMCPY_H2D 1           /* cudaMemcpyHostToDevice */
 #define TZR_GPU_MEMCPY_D2H 2           /* cudaMemcpyDeviceToHost */
 #define TZR_GPU_NOT_READY 600          /* cudaErrorNotReady */
 #define TZR_GPU_STREAM_NONBLOCKING 1u  /* cudaStreamNonBlocking */
 #define TZR_GPU_EVENT_DISABLE_TIMING 2u /* cudaEventDisableTiming */
 #define TZR_GPU_HOST_ALLOC_PORTABLE 1u /* cudaHostAllocPortable */
+#define TZR_GPU_HOST_REGISTER_PORTABLE 1u /* cudaHostRegisterPortable */
 
 /* field, return type, arguments */
 #define TZR_GPU_FUNCTIONS(X)                                              \
@@ -26,6 +35,8 @@ typedef void *tzr_gpu_event;
     X(dev_free, int, (void *))                                            \
     X(host_alloc, int, (void **, size_t, unsigned))                       \
     X(host_free, int, (void *))                                           \
+    X(host_register, int, (void *, size_t, unsigned))                     \
+    X(host_unregister, int, (void *))                                     \
     X(copy, int, (void *, const void *, size_t, int))                     \
     X(copy_async, int, (void *, const void *, size_t, int, tzr_gpu_stream)) \
     X(stream_create, int, (tzr_gpu_stream *, unsigned))                   \
@@ -37,7 +48,12 @@ typedef void *tzr_gpu_event;
     X(event_sync, int, (tzr_gpu_event))                                   \
     X(event_destroy, int, (tzr_gpu_event))                                \
     X(device_sync, int, (void))                                           \
-    X(error_string, const char *, (int))
+    X(error_string, const char *, (int))                                  \
+    /* optional (NULL where the runtime lacks them): */                   \
+    X(runtime_version, int, (int *))                                      \
+    X(copy_batch_async, int, (void *const *, const void *const *, const size_t *, size_t, \
+                              tzr_gpu_copy_attrs *, size_t *, size_t, tzr_gpu_stream))
+#define TZR_GPU_NOPTIONAL 2
 
 /* TZR_GPU_F(copy): a function's place in a row's symbol list. */
 enum {
@@ -55,6 +71,9 @@ typedef struct tzr_gpu_runtime {
     const char *const *libs;                 /* NULL-terminated */
     const char *env;                         /* "TZR_CUDART" */
     const char *symbols[TZR_GPU_NFUNCTIONS]; /* indexed by TZR_GPU_F() */
+    /* The runtime version from which copy_batch_async has the signature
+     * above (CUDA 12.8-12.9 had another): older ones leave it NULL. */
+    int batch_min_version;
 } tzr_gpu_runtime;
 
 typedef struct tzr_gpu_api {

@@ -1,7 +1,12 @@
 /* CUDA device sink: staging slots are pinned host memory; each slot's
  * copies go on one of a few non-blocking streams, and an event recorded
- * after a slot's last copy is its fence. */
+ * after a slot's last copy is its fence. Where the runtime has batched
+ * copies (cudaMemcpyBatchAsync), a slot's copies are gathered and issued
+ * as one call at its fence: a copy call costs microseconds of driver
+ * time, most of a 4 KiB tensor's load (100k tensors: 0.26 s one by one,
+ * 0.1 s batched, on an H200). */
 #include "gpu_rt.h"
+#include "mem.h"
 #include "tzr_load.h"
 
 #include <pthread.h>
@@ -22,6 +27,15 @@ typedef struct dev_tensor {
     int owned;
 } dev_tensor;
 
+/* The copies submitted from one staging slot since its last fence. */
+typedef struct batch {
+    pthread_mutex_t lock; /* pieces of a unit are delivered by several threads */
+    void **dst;
+    const void **src;
+    size_t *len;
+    size_t n, cap;
+} batch;
+
 typedef struct cuda_sink {
     tzr_sink base;
     const tzr_gpu_api *api;
@@ -38,6 +52,11 @@ typedef struct cuda_sink {
     size_t n;
     uint8_t *slab;          /* reserve(): every tensor carved from one cudaMalloc */
     uint64_t slab_used, slab_size;
+    void **registered;      /* staging pinned by cudaHostRegister (freed otherwise) */
+    size_t nregistered, registered_cap;
+    pthread_rwlock_t batches_lock; /* growing the array, not its batches */
+    batch **batches;        /* by staging slot; only with api->copy_batch_async */
+    size_t nbatches;
 } cuda_sink;
 
 static _Thread_local int thread_device = -1;
@@ -121,12 +140,84 @@ static int cuda_reserve(tzr_sink *s, size_t count, uint64_t bytes) {
     return 0;
 }
 
+/* Slot s's batch, made on first use. */
+static batch *batch_of(cuda_sink *c, int slot) {
+    size_t i = (size_t)slot;
+    pthread_rwlock_rdlock(&c->batches_lock);
+    batch *b = i < c->nbatches ? c->batches[i] : NULL;
+    pthread_rwlock_unlock(&c->batches_lock);
+    if (b) return b;
+    pthread_rwlock_wrlock(&c->batches_lock);
+    if (i >= c->nbatches) {
+        size_t n = c->nbatches ? c->nbatches : 16;
+        while (n <= i) n *= 2;
+        batch **grown = realloc(c->batches, n * sizeof *grown);
+        if (grown) {
+            memset(grown + c->nbatches, 0, (n - c->nbatches) * sizeof *grown);
+            c->batches = grown;
+            c->nbatches = n;
+        }
+    }
+    if (i < c->nbatches && !c->batches[i] && (c->batches[i] = calloc(1, sizeof **c->batches)))
+        pthread_mutex_init(&c->batches[i]->lock, NULL);
+    b = i < c->nbatches ? c->batches[i] : NULL;
+    pthread_rwlock_unlock(&c->batches_lock);
+    return b;
+}
+
+static int batch_add(batch *b, void *dst, const void *src, size_t len) {
+    pthread_mutex_lock(&b->lock);
+    if (b->n == b->cap) {
+        size_t n = b->cap ? b->cap * 2 : 64;
+        void **d = realloc(b->dst, n * sizeof *d);
+        if (d) b->dst = d;
+        const void **s = realloc(b->src, n * sizeof *s);
+        if (s) b->src = s;
+        size_t *l = realloc(b->len, n * sizeof *l);
+        if (l) b->len = l;
+        if (!d || !s || !l) {
+            pthread_mutex_unlock(&b->lock);
+            return tzr_fail(TZR_ENOMEM, "out of memory");
+        }
+        b->cap = n;
+    }
+    b->dst[b->n] = dst, b->src[b->n] = src, b->len[b->n++] = len;
+    pthread_mutex_unlock(&b->lock);
+    return 0;
+}
+
+/* Issues slot s's gathered copies on its stream (before its fence). */
+static int batch_flush(cuda_sink *c, int slot) {
+    batch *b = batch_of(c, slot);
+    if (!b) return tzr_fail(TZR_ENOMEM, "out of memory");
+    pthread_mutex_lock(&b->lock);
+    int err = 0, f = TZR_GPU_F(copy_batch_async);
+    if (b->n == 1) {
+        f = TZR_GPU_F(copy_async);
+        err = c->api->copy_async(b->dst[0], b->src[0], b->len[0], TZR_GPU_MEMCPY_H2D, stream_of(c, slot));
+    } else if (b->n > 1) {
+        /* Stream order: the staging stays untouched until the fence passes. */
+        tzr_gpu_copy_attrs attrs = {TZR_GPU_SRC_ACCESS_STREAM, 0, 0, 0, 0, 0};
+        size_t first = 0;
+        err = c->api->copy_batch_async(b->dst, b->src, b->len, b->n, &attrs, &first, 1, stream_of(c, slot));
+    }
+    b->n = 0;
+    pthread_mutex_unlock(&b->lock);
+    return err ? tzr_gpu_fail(c->api, err, f, NULL) : 0;
+}
+
 static int cuda_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const void *src, size_t len) {
     cuda_sink *c = (cuda_sink *)s;
     int rc = use_device(c);
     if (rc) return rc;
     if (index >= c->n || off > c->t[index].len || len > c->t[index].len - off)
         return tzr_fail(TZR_EINVAL, "cuda sink: copy outside tensor %zu", index);
+    /* Only staging slots are gathered: their memory is ours and pinned
+     * (slot -1 copies zeros from ordinary memory). */
+    if (slot >= 0 && c->api->copy_batch_async) {
+        batch *b = batch_of(c, slot);
+        return b ? batch_add(b, c->t[index].ptr + off, src, len) : tzr_fail(TZR_ENOMEM, "out of memory");
+    }
     int err = c->api->copy_async(c->t[index].ptr + off, src, len, TZR_GPU_MEMCPY_H2D, stream_of(c, slot));
     return err ? tzr_gpu_fail(c->api, err, TZR_GPU_F(copy_async), NULL) : 0;
 }
@@ -156,6 +247,7 @@ static int cuda_fence(tzr_sink *s, int slot, uint64_t *fence) {
     cuda_sink *c = (cuda_sink *)s;
     int rc = use_device(c);
     tzr_gpu_event ev;
+    if (!rc && slot >= 0 && c->api->copy_batch_async) rc = batch_flush(c, slot);
     if (!rc) rc = event_for(c, (size_t)(slot + 1), &ev);
     if (rc) return rc;
     int err = c->api->event_record(ev, stream_of(c, slot));
@@ -173,10 +265,36 @@ static int cuda_wait(tzr_sink *s, uint64_t fence) {
     return err ? tzr_gpu_fail(c->api, err, TZR_GPU_F(event_sync), NULL) : 0;
 }
 
+/* Staging is huge-page memory the runtime pins in place: most of a
+ * pinned allocation's cost is clearing fresh pages, and 2 MiB pages clear
+ * far faster than cudaHostAlloc's 4 KiB ones. Where registering fails
+ * (a runtime or kernel that refuses), cudaHostAlloc as before. */
 static void *cuda_alloc_staging(tzr_sink *s, size_t len) {
     cuda_sink *c = (cuda_sink *)s;
     void *p = NULL;
     if (use_device(c)) return NULL;
+    pthread_mutex_lock(&c->lock);
+    int room = c->nregistered < c->registered_cap;
+    if (!room) {
+        size_t n = c->registered_cap ? c->registered_cap * 2 : 32;
+        void **grown = realloc(c->registered, n * sizeof *grown);
+        if (grown) c->registered = grown, c->registered_cap = n, room = 1;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (room && (p = tzr_alloc_big(len))) {
+        if (c->api->host_register(p, len, TZR_GPU_HOST_REGISTER_PORTABLE) == 0) {
+            pthread_mutex_lock(&c->lock);
+            if (c->nregistered < c->registered_cap) {
+                c->registered[c->nregistered++] = p;
+                pthread_mutex_unlock(&c->lock);
+                return p;
+            }
+            pthread_mutex_unlock(&c->lock);
+            c->api->host_unregister(p);
+        }
+        free(p);
+        p = NULL;
+    }
     if (c->api->host_alloc(&p, len, TZR_GPU_HOST_ALLOC_PORTABLE) != 0) return NULL;
     return p;
 }
@@ -184,7 +302,17 @@ static void *cuda_alloc_staging(tzr_sink *s, size_t len) {
 static void cuda_free_staging(tzr_sink *s, void *p, size_t len) {
     (void)len;
     cuda_sink *c = (cuda_sink *)s;
-    c->api->host_free(p);
+    int reg = 0;
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->nregistered && !reg; i++)
+        if (c->registered[i] == p) c->registered[i] = c->registered[--c->nregistered], reg = 1;
+    pthread_mutex_unlock(&c->lock);
+    if (reg) {
+        c->api->host_unregister(p);
+        free(p);
+    } else {
+        c->api->host_free(p);
+    }
 }
 
 static void cuda_destroy(tzr_sink *s) {
@@ -202,6 +330,15 @@ static void cuda_destroy(tzr_sink *s) {
             if (c->t[i].owned) c->api->dev_free(c->t[i].ptr);
         if (c->slab) c->api->dev_free(c->slab);
     }
+    for (size_t i = 0; i < c->nbatches; i++)
+        if (c->batches[i]) {
+            pthread_mutex_destroy(&c->batches[i]->lock);
+            free(c->batches[i]->dst), free(c->batches[i]->src), free(c->batches[i]->len);
+            free(c->batches[i]);
+        }
+    free(c->batches);
+    free(c->registered); /* every staging block was freed by its load */
+    pthread_rwlock_destroy(&c->batches_lock);
     free(c->events);
     free(c->tab);
     free(c->t);
@@ -217,6 +354,7 @@ int tzr_sink_cuda_new(tzr_sink **out, int device, tzr_device_dest_fn dest, void 
     cuda_sink *c = calloc(1, sizeof *c);
     if (!c) return tzr_fail(TZR_ENOMEM, "out of memory");
     pthread_mutex_init(&c->lock, NULL);
+    pthread_rwlock_init(&c->batches_lock, NULL);
     c->api = api;
     c->device = device;
     c->dest = dest;

@@ -6,7 +6,9 @@
  * memory complete before the call returns, as with the real runtime.
  * Device pointers are checked against live allocations: a copy outside
  * one fails with cudaErrorInvalidValue. FAKE_CUDA_DEVICES=0 simulates a
- * machine with the runtime but no device. */
+ * machine with the runtime but no device. cudaMemcpyBatchAsync has CUDA
+ * 13's signature; FAKE_CUDA_RUNTIME_VERSION (default 13000) set below
+ * that makes libtzr copy one by one, as with an older runtime. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,11 +20,13 @@
 #define ERR_MEMORY 2
 #define ERR_NO_DEVICE 100
 #define ERR_NOT_READY 600
+#define ERR_HOST_REGISTERED 712
 
 typedef struct alloc {
     uint8_t *p;
     size_t n;
     int pinned;
+    int registered; /* cudaHostRegister'd: the caller's memory, not freed here */
     struct alloc *next;
 } alloc;
 
@@ -76,6 +80,7 @@ static int track(void **out, size_t n, int pinned) {
     a->p = p;
     a->n = n;
     a->pinned = pinned;
+    a->registered = 0;
     pthread_mutex_lock(&alloc_lock);
     a->next = allocs;
     allocs = a;
@@ -84,11 +89,17 @@ static int track(void **out, size_t n, int pinned) {
     return 0;
 }
 
-static int untrack(void *p, int pinned) {
+static int untrack(void *p, int pinned, int registered) {
     pthread_mutex_lock(&alloc_lock);
     for (alloc **pp = &allocs; *pp; pp = &(*pp)->next) {
-        if ((*pp)->p == p && (*pp)->pinned == pinned) {
+        if ((*pp)->p == p && (*pp)->pinned == pinned && (*pp)->registered == registered) {
             alloc *a = *pp;
+            if (registered) { /* the memory stays the caller's, contents too */
+                *pp = a->next;
+                pthread_mutex_unlock(&alloc_lock);
+                free(a);
+                return 0;
+            }
             *pp = a->next;
             pthread_mutex_unlock(&alloc_lock);
             memset(a->p, 0xDD, a->n); /* poison: a late copy reads garbage */
@@ -119,12 +130,47 @@ int cudaMalloc(void **p, size_t n) {
     if (max && n > strtoull(max, NULL, 10)) return ERR_MEMORY;
     return track(p, n, 0);
 }
-int cudaFree(void *p) { return untrack(p, 0); }
+int cudaFree(void *p) { return untrack(p, 0, 0); }
 int cudaHostAlloc(void **p, size_t n, unsigned flags) {
     (void)flags;
     return track(p, n, 1);
 }
-int cudaFreeHost(void *p) { return untrack(p, 1); }
+int cudaFreeHost(void *p) { return untrack(p, 1, 0); }
+
+/* Pins the caller's memory: copies from it become asynchronous. A range
+ * overlapping one already pinned fails (cudaErrorHostMemoryAlreadyRegistered
+ * in the real runtime); FAKE_CUDA_NO_REGISTER=1 refuses every call, as a
+ * runtime or kernel that cannot pin in place. */
+static long register_calls; /* under alloc_lock */
+long fake_cuda_register_calls(void) { /* for tests */
+    pthread_mutex_lock(&alloc_lock);
+    long n = register_calls;
+    pthread_mutex_unlock(&alloc_lock);
+    return n;
+}
+int cudaHostRegister(void *p, size_t n, unsigned flags) {
+    (void)flags;
+    if (!p || !n || getenv("FAKE_CUDA_NO_REGISTER")) return ERR_INVALID_VALUE;
+    alloc *a = calloc(1, sizeof *a);
+    if (!a) return ERR_MEMORY;
+    pthread_mutex_lock(&alloc_lock);
+    for (alloc *b = allocs; b; b = b->next)
+        if (b->pinned && (uint8_t *)p < b->p + b->n && b->p < (uint8_t *)p + n) {
+            pthread_mutex_unlock(&alloc_lock);
+            free(a);
+            return ERR_HOST_REGISTERED;
+        }
+    a->p = p;
+    a->n = n;
+    a->pinned = 1;
+    a->registered = 1;
+    register_calls++;
+    a->next = allocs;
+    allocs = a;
+    pthread_mutex_unlock(&alloc_lock);
+    return 0;
+}
+int cudaHostUnregister(void *p) { return untrack(p, 1, 1); }
 
 static int check_copy(void *dst, const void *src, size_t n, int *pinned_src) {
     pthread_mutex_lock(&alloc_lock);
@@ -283,6 +329,47 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream
     return 0;
 }
 
+int cudaRuntimeGetVersion(int *v) {
+    const char *e = getenv("FAKE_CUDA_RUNTIME_VERSION");
+    *v = e ? atoi(e) : 13000;
+    return 0;
+}
+
+/* CUDA 13: (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream).
+ * Checked as the real call documents: attrsIdxs[0] must be 0, indices
+ * ascending and below count, every access order valid. Sources must be
+ * pinned here (libtzr batches only its staging): a pageable one fails,
+ * so a batch of anything else is caught. Copies run on the stream's
+ * thread like cudaMemcpyAsync's, in order. */
+static long batch_calls;
+long fake_cuda_batch_calls(void) { return __atomic_load_n(&batch_calls, __ATOMIC_RELAXED); } /* for tests */
+typedef struct fake_copy_attrs {
+    int order, sloc_type, sloc_id, dloc_type, dloc_id;
+    unsigned flags;
+} fake_copy_attrs;
+int cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,
+                         fake_copy_attrs *attrs, size_t *idx, size_t nattrs, void *stream) {
+    if (!stream || !count || !dsts || !srcs || !sizes || !attrs || !idx || !nattrs || idx[0] != 0)
+        return ERR_INVALID_VALUE;
+    for (size_t a = 0; a < nattrs; a++)
+        if (attrs[a].order < 1 || attrs[a].order > 3 || idx[a] >= count || (a && idx[a] <= idx[a - 1]))
+            return ERR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        int pinned;
+        if (check_copy(dsts[i], srcs[i], sizes[i], &pinned) || !pinned) return ERR_INVALID_VALUE;
+    }
+    __atomic_fetch_add(&batch_calls, 1, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < count; i++) {
+        op *o = calloc(1, sizeof *o);
+        if (!o) return ERR_MEMORY;
+        o->dst = dsts[i];
+        o->src = srcs[i];
+        o->n = sizes[i];
+        enqueue(stream, o);
+    }
+    return 0;
+}
+
 int cudaEventCreateWithFlags(void **out, unsigned flags) {
     (void)flags;
     fake_event *e = calloc(1, sizeof *e);
@@ -335,6 +422,7 @@ const char *cudaGetErrorString(int err) {
     case ERR_MEMORY: return "out of memory";
     case ERR_NO_DEVICE: return "no CUDA-capable device is detected";
     case ERR_NOT_READY: return "device not ready";
+    case ERR_HOST_REGISTERED: return "part or all of the requested memory range is already mapped";
     default: return "unknown error";
     }
 }
