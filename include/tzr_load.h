@@ -116,8 +116,10 @@ enum { TZR_VERIFY_FULL = 0, TZR_VERIFY_CRC32 = 1 };
 
 typedef struct tzr_load_options {
     size_t struct_size;
-    size_t ring_bytes;        /* staging budget; default 256 MiB */
-    size_t chunk_bytes;       /* read size; default 8 MiB */
+    size_t ring_bytes;        /* staging budget; default 256 MiB, 128 MiB for a sink with its own
+                               * (pinned) staging such as the CUDA sink, whose allocation costs,
+                               * unless SHA-256 verification needs many tensors in flight */
+    size_t chunk_bytes;       /* read size; default 8 MiB (4 MiB with such a sink) */
     int threads;              /* pipeline threads; default from the source */
     int verify;               /* check CRC32/SHA-256 (default: the reader's) */
     int direct_io;            /* TZR_DIRECT_*: O_DIRECT for uncached files */

@@ -346,10 +346,15 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     if (!p) return tzr_fail(TZR_ENOMEM, "out of memory");
     tzr_source *src = tzr_reader_source(r);
     plan_policy pol = {0};
-    pol.chunk = opt->chunk_bytes ? opt->chunk_bytes : src->preferred_chunk ? src->preferred_chunk : DEFAULT_CHUNK;
-    pol.ring = opt->ring_bytes ? opt->ring_bytes : DEFAULT_RING;
+    /* Pinned staging's smaller ring, except where SHA-256 verification
+     * runs: each tensor hashes in order on one core, so only a ring that
+     * holds many tensors at once keeps every core hashing. */
+    int pinned = sink->alloc_staging != NULL && !(p->verify && p->verify_sha);
+    pol.chunk = opt->chunk_bytes     ? opt->chunk_bytes
+                : src->preferred_chunk ? src->preferred_chunk
+                : pinned               ? DEFAULT_PINNED_CHUNK
+                                       : DEFAULT_CHUNK;
     if (pol.chunk < 4096) pol.chunk = 4096;
-    if (pol.ring < 2 * pol.chunk) pol.ring = 2 * pol.chunk;
     pol.pack_reads = src->pack_reads;
     int nthreads = opt->threads > 0 ? opt->threads : src->preferred_inflight;
     if (nthreads <= 0) {
@@ -357,6 +362,9 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
         nthreads = cpus < 2 ? 2 : cpus > 16 ? 16 : (int)cpus;
     }
     if (nthreads > MAX_THREADS) nthreads = MAX_THREADS;
+    pol.ring = opt->ring_bytes ? opt->ring_bytes : pinned ? DEFAULT_PINNED_RING : DEFAULT_RING;
+    if (!opt->ring_bytes && pinned && pol.ring / nthreads < pol.chunk) pol.ring = pol.chunk * (size_t)nthreads;
+    if (pol.ring < 2 * pol.chunk) pol.ring = 2 * pol.chunk;
     pol.taper = nthreads;
 
     int rc = select_tensors(p);
