@@ -5,6 +5,7 @@ import contextlib
 import ctypes
 import dataclasses
 import enum
+import functools
 import gc
 import json
 from collections import abc
@@ -284,32 +285,36 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.madvise.argtypes = [c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
-def _host_tensors(todo, cols, grad=False):
-    """A host tensor of its own for each index in todo (each its own
-    storage, as tensorizer returns them: one tensor kept alive keeps only
-    its bytes), from the index columns; todo is a range (then it covers
-    every tensor, in order) or a list. grad: floating and complex ones are
-    made with requires_grad (they become Parameters). The whole 2 MiB pages
-    inside large ones are advised MADV_HUGEPAGE first: the load then takes
-    one page fault per 2 MiB, not per 4 KiB."""
+def _new_tensors(todo, cols, grad=False, device=None):
+    """A tensor of its own for each index in todo (each its own storage, as
+    tensorizer returns them: one tensor kept alive keeps only its bytes),
+    on the host or on device (a CUDA torch.device), from the index
+    columns; todo is a range (then it covers every tensor, in order) or a
+    list. grad: floating and complex ones are made with requires_grad (they
+    become Parameters). On the host, the whole 2 MiB pages inside large
+    ones are advised MADV_HUGEPAGE first: the load then takes one page
+    fault per 2 MiB, not per 4 KiB."""
     shapes, dts = cols.shapes, cols.dtype_bytes
     whole = isinstance(todo, range)
     if torch is None:
-        out = [_empty(shapes[i], dts[i], "cpu") for i in todo]
-    else:
-        empty = torch.empty
-        kinds = cols.dtype_set if whole else {dts[i] for i in todo}
-        sh = shapes if whole else [shapes[i] for i in todo]
-        if len(kinds) == 1:  # one dtype (the usual checkpoint): no lookup per tensor
-            dt = _torch_dtype(next(iter(kinds)))
-            if grad and dt in _GRAD_DTYPES:
-                out = [empty(s, dtype=dt, requires_grad=True) for s in sh]
-            else:
-                out = [empty(s, dtype=dt) for s in sh]
+        return [_empty(shapes[i], dts[i], "cpu") for i in todo]
+    empty = torch.empty
+    if device is not None:
+        empty = functools.partial(torch.empty, device=device)
+    kinds = cols.dtype_set if whole else {dts[i] for i in todo}
+    sh = shapes if whole else [shapes[i] for i in todo]
+    if len(kinds) == 1:  # one dtype (the usual checkpoint): no lookup per tensor
+        dt = _torch_dtype(next(iter(kinds)))
+        if grad and dt in _GRAD_DTYPES:
+            out = [empty(s, dtype=dt, requires_grad=True) for s in sh]
         else:
-            spec = {k: (_torch_dtype(k), grad and _torch_dtype(k) in _GRAD_DTYPES) for k in kinds}
-            out = [empty(s, dtype=spec[d][0], requires_grad=spec[d][1])
-                   for s, d in zip(sh, dts if whole else [dts[i] for i in todo])]
+            out = [empty(s, dtype=dt) for s in sh]
+    else:
+        spec = {k: (_torch_dtype(k), grad and _torch_dtype(k) in _GRAD_DTYPES) for k in kinds}
+        out = [empty(s, dtype=spec[d][0], requires_grad=spec[d][1])
+               for s, d in zip(sh, dts if whole else [dts[i] for i in todo])]
+    if device is not None:
+        return out
     nb = cols.array("nbytes")
     big = np.flatnonzero(nb >= 2 * _HUGE) if whole else [k for k, i in enumerate(todo) if nb[i] >= 2 * _HUGE]
     for k in big:
@@ -494,17 +499,14 @@ class TensorDeserializer(abc.Mapping):
         whole = isinstance(todo, range) and todo == range(count)
         if not whole and isinstance(todo, range):
             todo = list(todo)
-        # No cast and no move: the tensors become nn.Parameters as they are
-        # (what _cast does then, without its per-tensor checks).
-        direct = torch is not None and self._dtype is None and self._device.type == "cpu"
+        # No cast and no move: the tensors, made where they belong, become
+        # nn.Parameters as they are (what _cast does then, without its
+        # per-tensor checks).
+        direct = torch is not None and self._dtype is None
         global _SWAP
         if direct and _SWAP is None:
             _SWAP = _class_swap_works()
-        if self._cuda is None:
-            tensors = _host_tensors(todo, cols, direct and _SWAP)
-        else:
-            shapes, dts = cols.shapes, cols.dtype_bytes
-            tensors = [_empty(shapes[i], dts[i], self._device) for i in todo]
+        tensors = _new_tensors(todo, cols, direct and _SWAP, None if self._cuda is None else self._device)
         ptr = _ptr if torch is None else torch.Tensor.data_ptr
         nb = cols.array("nbytes")
         self._reader.load_lists(todo, np.fromiter(map(ptr, tensors), dtype=np.uint64, count=len(tensors)),
