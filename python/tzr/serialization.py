@@ -502,7 +502,7 @@ class TensorDeserializer(abc.Mapping):
         # No cast and no move: the tensors, made where they belong, become
         # nn.Parameters as they are (what _cast does then, without its
         # per-tensor checks).
-        direct = torch is not None and self._dtype is None
+        direct = torch is not None and self._dtype is None and (self._device.type == "cpu" or self._cuda is not None)
         global _SWAP
         if direct and _SWAP is None:
             _SWAP = _class_swap_works()
