@@ -514,6 +514,12 @@ static void fast_and_tree_agree(void) {
         "\"b\":{\"dtype\":\"\\u0055\\u0038\",\"shape\":[],\"data_offsets\":[24,25]}}",
         "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
         "\"b\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0000000000000000024,25]}}",
+        /* the writers' form read by literal pieces (since #23), and forms
+         * that leave it late: a space before data_offsets, a field after */
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3], \"data_offsets\":[0,24]},"
+        "\"b\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[24,25],\"x\":{}}}",
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24] },"
+        "\"b\":{\"dtype\":\"U\\u0038\",\"shape\":[],\"data_offsets\":[24,25]}}",
     };
     for (size_t k = 0; k < sizeof jsons / sizeof jsons[0]; k++) {
         size_t jl = strlen(jsons[k]), len = 8 + jl + 25;

@@ -408,6 +408,22 @@ static size_t scan_value(const uint8_t *p, size_t n, size_t i) {
     return i;
 }
 
+/* scan_string, and whether the string's bytes are plain (printable ASCII,
+ * no escapes: then they are the string) in the same pass. */
+static size_t scan_plain(const uint8_t *p, size_t n, size_t i, int *plain) {
+    int ok = 1;
+    for (i++; i < n; i++) {
+        uint8_t c = p[i];
+        if (c == '"') {
+            *plain = ok;
+            return i + 1;
+        }
+        if (c == '\\') ok = 0, i++;
+        else if (c < 0x20 || c >= 0x7f) ok = 0;
+    }
+    return 0;
+}
+
 /* ---- the usual entry without a JSON tree
  * {"dtype":"BF16","shape":[2048],"data_offsets":[0,4096]}: the three
  * fields once each in any order, a plain ASCII dtype, integers of at most
@@ -455,6 +471,26 @@ static size_t fast_uints(const uint8_t *p, size_t n, size_t i, uint64_t *v, size
     }
 }
 
+/* The form writers emit, {"dtype":"BF16","shape":[2048],"data_offsets":[0,4096]}
+ * without spaces, by literal pieces (finding each key was most of an
+ * entry's time): where its closing '}' is (p[i] == '{'), or 0 for any
+ * other form, which the loop below reads. */
+static size_t canonical(const uint8_t *p, size_t n, size_t i, char *dtype, size_t dcap, size_t *dl,
+                        uint64_t *shape, size_t *ndim, uint64_t *off, size_t *noff) {
+    static const char k1[] = "{\"dtype\":\"", k2[] = "\",\"shape\":", k3[] = ",\"data_offsets\":";
+    if (n - i < sizeof k1 - 1 || !same(p + i, k1, sizeof k1 - 1)) return 0;
+    size_t d = i += sizeof k1 - 1;
+    while (i < n && p[i] != '"' && p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\') i++;
+    if (i - d >= dcap || n - i < sizeof k2 - 1 || !same(p + i, k2, sizeof k2 - 1)) return 0;
+    *dl = i - d;
+    memcpy(dtype, p + d, *dl);
+    dtype[*dl] = 0;
+    if (!(i = fast_uints(p, n, i + sizeof k2 - 1, shape, TZR_MAX_DIMS, ndim))) return 0;
+    if (n - i < sizeof k3 - 1 || !same(p + i, k3, sizeof k3 - 1)) return 0;
+    if (!(i = fast_uints(p, n, i + sizeof k3 - 1, off, 3, noff)) || *noff != 2) return 0;
+    return i < n && p[i] == '}' ? i : 0;
+}
+
 /* The entry at p (n bytes: the rest of the header); *used gets its length
  * when it is taken. */
 static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8_t *p, size_t n, st_entry *e,
@@ -465,7 +501,9 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
     int seen = 0; /* bits: dtype, shape, data_offsets */
     size_t i = skip_ws(p, n, 0);
     if (klen == 0 || i >= n || p[i] != '{') return 0;
-    i = skip_ws(p, n, i + 1);
+    size_t c = canonical(p, n, i, dtype, sizeof dtype, &dl, shape, &ndim, off, &noff);
+    if (c) seen = 7, i = c;
+    else i = skip_ws(p, n, i + 1);
     while (seen != 7) {
         if (i >= n || p[i] != '"') return 0;
         size_t ke = scan_string(p, n, i);
@@ -550,7 +588,8 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
     if (i < len && p[i] == '}') goto end;
     for (;;) {
         if (i >= len || p[i] != '"') return ST_RETRY;
-        size_t ks = i, ke = scan_string(p, len, i);
+        int plain = 0;
+        size_t ks = i, ke = scan_plain(p, len, i, &plain);
         if (!ke) return ST_RETRY;
         for (i = ke; i < len && json_ws(p[i]); i++) {}
         if (i >= len || p[i] != ':') return ST_RETRY;
@@ -560,14 +599,12 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
         const char *key = (const char *)p + ks + 1;
         size_t klen = ke - ks - 2;
         json_t *jk = NULL;
-        for (size_t j = ks + 1; j < ke - 1; j++)
-            if (p[j] < 0x20 || p[j] >= 0x7f || p[j] == '\\') {
-                json_error_t err;
-                if (!(jk = json_loadb((const char *)p + ks, ke - ks, JSON_DECODE_ANY, &err))) return ST_RETRY;
-                key = json_string_value(jk);
-                klen = json_string_length(jk);
-                break;
-            }
+        if (!plain) {
+            json_error_t err;
+            if (!(jk = json_loadb((const char *)p + ks, ke - ks, JSON_DECODE_ANY, &err))) return ST_RETRY;
+            key = json_string_value(jk);
+            klen = json_string_length(jk);
+        }
         if (!jk && !(klen == 12 && memcmp(key, "__metadata__", 12) == 0)) {
             st_entry *e;
             int rc = add_entry(f, &e);
