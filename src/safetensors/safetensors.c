@@ -432,8 +432,16 @@ static size_t scan_plain(const uint8_t *p, size_t n, size_t i, int *plain) {
  * entry that would fail a check, returns 0 having changed nothing, and
  * the tree parse takes it (and words its error). */
 /* a[0..n) == b[0..n): short keys compared inline, where memcmp was a
- * libc call per field of every entry. */
+ * libc call per field of every entry; 8 to 16 bytes (the literal pieces)
+ * as two overlapping words, not byte by byte. */
+static inline uint64_t word8(const void *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
 static inline int same(const uint8_t *a, const char *b, size_t n) {
+    if (n >= 8 && n <= 16) return word8(a) == word8(b) && word8(a + n - 8) == word8(b + n - 8);
     for (size_t i = 0; i < n; i++)
         if (a[i] != (uint8_t)b[i]) return 0;
     return 1;
@@ -542,9 +550,11 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
      * tzr_st_dtype_parse was two snprintf a tensor). */
     tzr_dtype dt = TZR_DTYPE_UNKNOWN;
     /* The previous entry's dtype first: runs of one dtype are the rule.
-     * (same() stops at the hint's NUL, as dtype holds none.) */
+     * (The loop stops at the hint's NUL at the latest: dtype holds none.) */
     const char *hint = st_dtypes[f->dt_hint].st;
-    if (same((const uint8_t *)dtype, hint, dl) && hint[dl] == 0) dt = st_dtypes[f->dt_hint].d;
+    size_t h = 0;
+    while (h < dl && hint[h] == dtype[h]) h++;
+    if (h == dl && hint[dl] == 0) dt = st_dtypes[f->dt_hint].d;
     for (size_t k = 0; k < N_ST_DTYPES && dt == TZR_DTYPE_UNKNOWN; k++)
         if (strcmp(st_dtypes[k].st, dtype) == 0) dt = st_dtypes[f->dt_hint = k].d;
     if (dt == TZR_DTYPE_UNKNOWN) return 0;
@@ -567,7 +577,7 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
     e->pub.name = name;
     e->pub.name_len = klen;
     e->pub.dtype = dt;
-    e->pub.st_dtype = tzr_st_dtype_name(dt);
+    e->pub.st_dtype = st_dtypes[f->dt_hint].st;
     e->pub.shape = sh;
     e->pub.ndim = (uint32_t)ndim;
     e->begin = off[0];
