@@ -88,6 +88,11 @@ struct tzr_st_file {
     size_t dt_hint;     /* st_dtypes row of the last fast entry */
     char **meta;        /* key0, value0, key1, value1, ... */
     size_t n_meta;
+    /* tzr_st_parse_header_each: each entry goes to put as it is parsed,
+     * through `one`; t stays NULL and the caller checks across entries. */
+    tzr_st_put_fn put;
+    void *put_ctx;
+    st_entry one;
 };
 
 /* Shape as "[2,3]" for messages, cut short when long. */
@@ -283,6 +288,40 @@ static size_t slot_of(const tzr_st_file *f, const char *name, size_t len) {
     }
 }
 
+#define ST_MIN_ENTRY TZR_ST_MIN_ENTRY
+
+/* Room for entry f->n, zeroed (*e). The first call reserves for as many
+ * entries as the header can hold: address space only (huge-page-aligned,
+ * untouched pages are never faulted), where doubling from 64 copied and
+ * faulted twice the final table. Growing past that stays as a fallback.
+ * With put, the one scratch entry: the caller's table is the only one. */
+static int add_entry(tzr_st_file *f, st_entry **e) {
+    if (f->put) {
+        memset(&f->one, 0, sizeof f->one);
+        *e = &f->one;
+        return 0;
+    }
+    if (f->n == f->cap) {
+        size_t nc = f->cap ? 2 * f->cap : (size_t)(f->header_len / ST_MIN_ENTRY) + 1;
+        if (nc < 64) nc = 64;
+        st_entry *t = nc > SIZE_MAX / sizeof *t ? NULL : tzr_grow_big(f->t, f->cap * sizeof *t, nc * sizeof *t);
+        if (!t) return tzr_fail(TZR_ENOMEM, "out of memory");
+        f->t = t;
+        f->cap = nc;
+    }
+    memset(&f->t[f->n], 0, sizeof *f->t);
+    *e = &f->t[f->n];
+    return 0;
+}
+
+/* Entry e (from add_entry) is complete and checked: it is tensor f->n. */
+static int entry_done(tzr_st_file *f, st_entry *e) {
+    e->json_idx = f->n;
+    int rc = f->put ? f->put(f->put_ctx, f->n, &e->pub) : 0;
+    f->n++;
+    return rc;
+}
+
 /* The header through jansson as one tree: the fallback for headers the
  * linear scan below does not take (not an object, a syntax error), so
  * their messages keep jansson's positions. Costs ~13x the header. */
@@ -305,21 +344,21 @@ static int parse_tree(tzr_st_file *f, uint64_t n, uint64_t data_len) {
         goto out;
     }
     size_t cap = json_object_size(root);
-    f->t = calloc(cap ? cap : 1, sizeof *f->t);
-    if (!f->t) {
+    f->t = f->put ? NULL : calloc(cap ? cap : 1, sizeof *f->t);
+    if (!f->put && !f->t) {
         rc = tzr_fail(TZR_ENOMEM, "out of memory");
         goto out;
     }
+    f->cap = f->put ? 0 : cap ? cap : 1;
     const char *k;
-    size_t klen, idx = 0;
+    size_t klen;
     json_t *v;
     json_object_keylen_foreach(root, k, klen, v) {
         if (klen == 12 && memcmp(k, "__metadata__", 12) == 0) {
             rc = parse_metadata(f, v);
         } else {
-            st_entry *e = &f->t[f->n++];
-            e->json_idx = idx++;
-            rc = parse_tensor(f, k, klen, v, e, data_len);
+            st_entry *e;
+            if (!(rc = add_entry(f, &e)) && !(rc = parse_tensor(f, k, klen, v, e, data_len))) rc = entry_done(f, e);
         }
         if (rc) goto out;
     }
@@ -369,6 +408,22 @@ static size_t scan_value(const uint8_t *p, size_t n, size_t i) {
     return i;
 }
 
+/* scan_string, and whether the string's bytes are plain (printable ASCII,
+ * no escapes: then they are the string) in the same pass. */
+static size_t scan_plain(const uint8_t *p, size_t n, size_t i, int *plain) {
+    int ok = 1;
+    for (i++; i < n; i++) {
+        uint8_t c = p[i];
+        if (c == '"') {
+            *plain = ok;
+            return i + 1;
+        }
+        if (c == '\\') ok = 0, i++;
+        else if (c < 0x20 || c >= 0x7f) ok = 0;
+    }
+    return 0;
+}
+
 /* ---- the usual entry without a JSON tree
  * {"dtype":"BF16","shape":[2048],"data_offsets":[0,4096]}: the three
  * fields once each in any order, a plain ASCII dtype, integers of at most
@@ -376,6 +431,22 @@ static size_t scan_value(const uint8_t *p, size_t n, size_t i) {
  * about 2.6 us, 0.26 s of a 100k-tensor open. Anything else, and any
  * entry that would fail a check, returns 0 having changed nothing, and
  * the tree parse takes it (and words its error). */
+/* a[0..n) == b[0..n): short keys compared inline, where memcmp was a
+ * libc call per field of every entry; 8 to 16 bytes (the literal pieces)
+ * as two overlapping words, not byte by byte. */
+static inline uint64_t word8(const void *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline int same(const uint8_t *a, const char *b, size_t n) {
+    if (n >= 8 && n <= 16) return word8(a) == word8(b) && word8(a + n - 8) == word8(b + n - 8);
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != (uint8_t)b[i]) return 0;
+    return 1;
+}
+
 static size_t skip_ws(const uint8_t *p, size_t n, size_t i) {
     while (i < n && json_ws(p[i])) i++;
     return i;
@@ -408,17 +479,39 @@ static size_t fast_uints(const uint8_t *p, size_t n, size_t i, uint64_t *v, size
     }
 }
 
+/* The form writers emit, {"dtype":"BF16","shape":[2048],"data_offsets":[0,4096]}
+ * without spaces, by literal pieces (finding each key was most of an
+ * entry's time): where its closing '}' is (p[i] == '{'), or 0 for any
+ * other form, which the loop below reads. */
+static size_t canonical(const uint8_t *p, size_t n, size_t i, char *dtype, size_t dcap, size_t *dl,
+                        uint64_t *shape, size_t *ndim, uint64_t *off, size_t *noff) {
+    static const char k1[] = "{\"dtype\":\"", k2[] = "\",\"shape\":", k3[] = ",\"data_offsets\":";
+    if (n - i < sizeof k1 - 1 || !same(p + i, k1, sizeof k1 - 1)) return 0;
+    size_t d = i += sizeof k1 - 1;
+    while (i < n && p[i] != '"' && p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\') i++;
+    if (i - d >= dcap || n - i < sizeof k2 - 1 || !same(p + i, k2, sizeof k2 - 1)) return 0;
+    *dl = i - d;
+    memcpy(dtype, p + d, *dl);
+    dtype[*dl] = 0;
+    if (!(i = fast_uints(p, n, i + sizeof k2 - 1, shape, TZR_MAX_DIMS, ndim))) return 0;
+    if (n - i < sizeof k3 - 1 || !same(p + i, k3, sizeof k3 - 1)) return 0;
+    if (!(i = fast_uints(p, n, i + sizeof k3 - 1, off, 3, noff)) || *noff != 2) return 0;
+    return i < n && p[i] == '}' ? i : 0;
+}
+
 /* The entry at p (n bytes: the rest of the header); *used gets its length
  * when it is taken. */
 static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8_t *p, size_t n, st_entry *e,
                        uint64_t data_len, size_t *used) {
     char dtype[32];
     uint64_t shape[TZR_MAX_DIMS], off[3];
-    size_t ndim = 0, noff = 0;
+    size_t ndim = 0, noff = 0, dl = 0;
     int seen = 0; /* bits: dtype, shape, data_offsets */
     size_t i = skip_ws(p, n, 0);
     if (klen == 0 || i >= n || p[i] != '{') return 0;
-    i = skip_ws(p, n, i + 1);
+    size_t c = canonical(p, n, i, dtype, sizeof dtype, &dl, shape, &ndim, off, &noff);
+    if (c) seen = 7, i = c;
+    else i = skip_ws(p, n, i + 1);
     while (seen != 7) {
         if (i >= n || p[i] != '"') return 0;
         size_t ke = scan_string(p, n, i);
@@ -428,19 +521,20 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
         i = skip_ws(p, n, ke);
         if (i >= n || p[i] != ':') return 0;
         i = skip_ws(p, n, i + 1);
-        if (kl == 5 && memcmp(k, "dtype", 5) == 0 && !(seen & 1)) {
+        if (kl == 5 && same(k, "dtype", 5) && !(seen & 1)) {
             size_t ve = i < n && p[i] == '"' ? scan_string(p, n, i) : 0;
             if (!ve || ve - i - 2 >= sizeof dtype) return 0;
             for (size_t j = i + 1; j < ve - 1; j++)
                 if (p[j] < 0x20 || p[j] >= 0x7f || p[j] == '\\') return 0;
-            memcpy(dtype, p + i + 1, ve - i - 2);
-            dtype[ve - i - 2] = 0;
+            dl = ve - i - 2;
+            memcpy(dtype, p + i + 1, dl);
+            dtype[dl] = 0;
             i = ve;
             seen |= 1;
-        } else if (kl == 5 && memcmp(k, "shape", 5) == 0 && !(seen & 2)) {
+        } else if (kl == 5 && same(k, "shape", 5) && !(seen & 2)) {
             if (!(i = fast_uints(p, n, i, shape, TZR_MAX_DIMS, &ndim))) return 0;
             seen |= 2;
-        } else if (kl == 12 && memcmp(k, "data_offsets", 12) == 0 && !(seen & 4)) {
+        } else if (kl == 12 && same(k, "data_offsets", 12) && !(seen & 4)) {
             if (!(i = fast_uints(p, n, i, off, 3, &noff)) || noff != 2) return 0;
             seen |= 4;
         } else {
@@ -455,8 +549,12 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
      * looked up quietly (saving and restoring the error message around
      * tzr_st_dtype_parse was two snprintf a tensor). */
     tzr_dtype dt = TZR_DTYPE_UNKNOWN;
-    /* The previous entry's dtype first: runs of one dtype are the rule. */
-    if (strcmp(st_dtypes[f->dt_hint].st, dtype) == 0) dt = st_dtypes[f->dt_hint].d;
+    /* The previous entry's dtype first: runs of one dtype are the rule.
+     * (The loop stops at the hint's NUL at the latest: dtype holds none.) */
+    const char *hint = st_dtypes[f->dt_hint].st;
+    size_t h = 0;
+    while (h < dl && hint[h] == dtype[h]) h++;
+    if (h == dl && hint[dl] == 0) dt = st_dtypes[f->dt_hint].d;
     for (size_t k = 0; k < N_ST_DTYPES && dt == TZR_DTYPE_UNKNOWN; k++)
         if (strcmp(st_dtypes[k].st, dtype) == 0) dt = st_dtypes[f->dt_hint = k].d;
     if (dt == TZR_DTYPE_UNKNOWN) return 0;
@@ -479,7 +577,7 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
     e->pub.name = name;
     e->pub.name_len = klen;
     e->pub.dtype = dt;
-    e->pub.st_dtype = tzr_st_dtype_name(dt);
+    e->pub.st_dtype = st_dtypes[f->dt_hint].st;
     e->pub.shape = sh;
     e->pub.ndim = (uint32_t)ndim;
     e->begin = off[0];
@@ -490,30 +588,9 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, const uint8
     return 1;
 }
 
-/* The smallest tensor entry, "a":{"dtype":"U8","shape":[],"data_offsets":[0,0]},
- * is 50 bytes: a header of n bytes holds at most n / 50 + 1 of them. */
-#define ST_MIN_ENTRY 50
-
-/* Room for entry f->n, zeroed. The first call reserves for as many
- * entries as the header can hold: address space only (huge-page-aligned,
- * untouched pages are never faulted), where doubling from 64 copied and
- * faulted twice the final table. Growing past that stays as a fallback. */
-static int add_entry(tzr_st_file *f) {
-    if (f->n == f->cap) {
-        size_t nc = f->cap ? 2 * f->cap : (size_t)(f->header_len / ST_MIN_ENTRY) + 1;
-        if (nc < 64) nc = 64;
-        st_entry *t = nc > SIZE_MAX / sizeof *t ? NULL : tzr_grow_big(f->t, f->cap * sizeof *t, nc * sizeof *t);
-        if (!t) return tzr_fail(TZR_ENOMEM, "out of memory");
-        f->t = t;
-        f->cap = nc;
-    }
-    memset(&f->t[f->n], 0, sizeof *f->t);
-    return 0;
-}
-
 static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
     const uint8_t *p = f->base + 8;
-    size_t len = (size_t)n, i = 0, idx = 0;
+    size_t len = (size_t)n, i = 0;
     int have_meta = 0;
     while (i < len && json_ws(p[i])) i++;
     if (i >= len || p[i] != '{') return ST_RETRY;
@@ -521,7 +598,8 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
     if (i < len && p[i] == '}') goto end;
     for (;;) {
         if (i >= len || p[i] != '"') return ST_RETRY;
-        size_t ks = i, ke = scan_string(p, len, i);
+        int plain = 0;
+        size_t ks = i, ke = scan_plain(p, len, i, &plain);
         if (!ke) return ST_RETRY;
         for (i = ke; i < len && json_ws(p[i]); i++) {}
         if (i >= len || p[i] != ':') return ST_RETRY;
@@ -531,20 +609,19 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
         const char *key = (const char *)p + ks + 1;
         size_t klen = ke - ks - 2;
         json_t *jk = NULL;
-        for (size_t j = ks + 1; j < ke - 1; j++)
-            if (p[j] < 0x20 || p[j] >= 0x7f || p[j] == '\\') {
-                json_error_t err;
-                if (!(jk = json_loadb((const char *)p + ks, ke - ks, JSON_DECODE_ANY, &err))) return ST_RETRY;
-                key = json_string_value(jk);
-                klen = json_string_length(jk);
-                break;
-            }
+        if (!plain) {
+            json_error_t err;
+            if (!(jk = json_loadb((const char *)p + ks, ke - ks, JSON_DECODE_ANY, &err))) return ST_RETRY;
+            key = json_string_value(jk);
+            klen = json_string_length(jk);
+        }
         if (!jk && !(klen == 12 && memcmp(key, "__metadata__", 12) == 0)) {
-            int rc = add_entry(f);
+            st_entry *e;
+            int rc = add_entry(f, &e);
             if (rc) return rc;
             /* Parsed where it lies: delimiting it first was a second pass. */
-            if (fast_tensor(f, key, klen, p + vs, len - vs, &f->t[f->n], data_len, &used)) {
-                f->t[f->n++].json_idx = idx++;
+            if (fast_tensor(f, key, klen, p + vs, len - vs, e, data_len, &used)) {
+                if ((rc = entry_done(f, e))) return rc;
                 ve = vs + used;
                 goto next;
             }
@@ -565,10 +642,9 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
                                       f->name, (unsigned long long)(8 + n))
                            : parse_metadata(f, v);
             have_meta = 1;
-        } else if (!(rc = add_entry(f))) {
-            st_entry *e = &f->t[f->n++];
-            e->json_idx = idx++;
-            rc = parse_tensor(f, key, klen, v, e, data_len);
+        } else {
+            st_entry *e;
+            if (!(rc = add_entry(f, &e)) && !(rc = parse_tensor(f, key, klen, v, e, data_len))) rc = entry_done(f, e);
         }
         json_decref(v);
         json_decref(jk);
@@ -596,6 +672,23 @@ static void drop_entries(tzr_st_file *f) {
     f->n_meta = 0;
 }
 
+int tzr_st_fail_dup(const tzr_st_file *f, const char *name, size_t len) {
+    char nb[TZR_NAMEBUF];
+    return tzr_fail(TZR_EDUP, "%s: header JSON (bytes 8..%llu): duplicate tensor name \"%s\"", f->name,
+                    (unsigned long long)(8 + f->header_len), tzr_printable(name, len, nb, sizeof nb));
+}
+
+int tzr_st_fail_overlap(const tzr_st_file *f, const tzr_st_tensor *t, const tzr_st_tensor *earlier) {
+    char nb[TZR_NAMEBUF];
+    uint64_t data = 8 + f->header_len; /* offsets in messages are as written: from the data region */
+    return tensor_fail(f, t->name, t->name_len, TZR_EFORMAT,
+                       "data_offsets [%llu, %llu] (file byte %llu) overlap tensor '%s' [%llu, %llu]",
+                       (unsigned long long)(t->data_offset - data), (unsigned long long)(t->data_offset - data + t->nbytes),
+                       (unsigned long long)t->data_offset, tzr_printable(earlier->name, earlier->name_len, nb, sizeof nb),
+                       (unsigned long long)(earlier->data_offset - data),
+                       (unsigned long long)(earlier->data_offset - data + earlier->nbytes));
+}
+
 static int parse_into(tzr_st_file *f) {
     if (f->len < 8)
         return tzr_fail(TZR_ETRUNC, "%s: %zu bytes is too short for the 8-byte header length",
@@ -620,7 +713,7 @@ static int parse_into(tzr_st_file *f) {
         drop_entries(f);
         rc = parse_tree(f, n, data_len);
     }
-    if (rc) return rc;
+    if (rc || f->put) return rc; /* with put, the caller checks across entries */
 
     /* (f->t is NULL for a file of no tensors.) Writers usually list the
      * tensors in file order: then there is nothing to sort. */
@@ -638,11 +731,7 @@ static int parse_into(tzr_st_file *f) {
     for (size_t i = 0; i < f->n; i++) {
         const st_entry *e = &f->t[i];
         size_t k = slot_of(f, e->pub.name, e->pub.name_len);
-        if (f->slots[k]) {
-            char nb[TZR_NAMEBUF];
-            return tzr_fail(TZR_EDUP, "%s: header JSON (bytes 8..%llu): duplicate tensor name \"%s\"", f->name,
-                            (unsigned long long)(8 + n), tzr_printable(e->pub.name, e->pub.name_len, nb, sizeof nb));
-        }
+        if (f->slots[k]) return tzr_st_fail_dup(f, e->pub.name, e->pub.name_len);
         f->slots[k] = (uint32_t)(i + 1);
     }
     /* After sorting by start, a tensor overlaps an earlier one exactly when
@@ -652,15 +741,7 @@ static int parse_into(tzr_st_file *f) {
     for (size_t i = 0; i < f->n; i++) {
         st_entry *e = &f->t[i];
         if (e->pub.nbytes == 0) continue;
-        if (far && e->begin < far->end) {
-            char nb[TZR_NAMEBUF];
-            return tensor_fail(f, e->pub.name, e->pub.name_len, TZR_EFORMAT,
-                               "data_offsets [%llu, %llu] (file byte %llu) overlap tensor '%s' [%llu, %llu]",
-                               (unsigned long long)e->begin, (unsigned long long)e->end,
-                               (unsigned long long)e->pub.data_offset,
-                               tzr_printable(far->pub.name, far->pub.name_len, nb, sizeof nb),
-                               (unsigned long long)far->begin, (unsigned long long)far->end);
-        }
+        if (far && e->begin < far->end) return tzr_st_fail_overlap(f, &e->pub, &far->pub);
         if (!far || e->end > far->end) far = e;
     }
     return 0;
@@ -702,6 +783,26 @@ int tzr_st_parse_header(tzr_st_file **out, const void *head, size_t have, uint64
     f->have = have;
     f->len = (size_t)file_size;
     f->header_only = 1;
+    int rc = have < 8 && file_size >= 8 ? tzr_fail(TZR_EINVAL, "%s: fewer than 8 header bytes given", f->name) : parse_into(f);
+    if (rc) {
+        tzr_st_free(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+int tzr_st_parse_header_each(tzr_st_file **out, const void *head, size_t have, uint64_t file_size, const char *name,
+                             tzr_st_put_fn put, void *ctx) {
+    *out = NULL;
+    tzr_st_file *f = file_new(name);
+    if (!f) return tzr_fail(TZR_ENOMEM, "out of memory");
+    f->base = head;
+    f->have = have;
+    f->len = (size_t)file_size;
+    f->header_only = 1;
+    f->put = put;
+    f->put_ctx = ctx;
     int rc = have < 8 && file_size >= 8 ? tzr_fail(TZR_EINVAL, "%s: fewer than 8 header bytes given", f->name) : parse_into(f);
     if (rc) {
         tzr_st_free(f);
@@ -762,11 +863,11 @@ void tzr_st_take_strings(tzr_st_file *f, tzr_arena *into) { tzr_arena_adopt(into
 size_t tzr_st_count(const tzr_st_file *f) { return f ? f->n : 0; }
 
 const tzr_st_tensor *tzr_st_get(const tzr_st_file *f, size_t i) {
-    return f && i < f->n ? &f->t[i].pub : NULL;
+    return f && f->t && i < f->n ? &f->t[i].pub : NULL;
 }
 
 const void *tzr_st_data(const tzr_st_file *f, size_t i) {
-    return f && i < f->n && !f->header_only ? f->base + f->t[i].pub.data_offset : NULL;
+    return f && f->t && i < f->n && !f->header_only ? f->base + f->t[i].pub.data_offset : NULL;
 }
 
 int tzr_st_find(const tzr_st_file *f, const char *name, size_t name_len, size_t *index) {
