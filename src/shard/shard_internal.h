@@ -59,7 +59,7 @@ TZR_HIDDEN int shard_table_validate(const shard_table *tb, const char *what);
 /* Local shape of slice sl of e into out (ndim entries). */
 TZR_HIDDEN void shard_local_shape(const shard_entry *e, const shard_slice *sl, uint64_t *out);
 
-/* JSON (jansson stays inside shard_manifest.c). kind: "manifest" or the
+/* JSON (jansson stays inside shard_manifest*.c). kind: "manifest" or the
  * sidecar of shard `shard`; written as tzr_output_open_file_flags(flags). */
 TZR_HIDDEN int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path, unsigned flags);
 /* tzr_shard_manifest_build with the manifest's output flags
@@ -67,6 +67,14 @@ TZR_HIDDEN int shard_json_write(const shard_table *tb, int sidecar_shard, const 
 TZR_HIDDEN int shard_manifest_write(const char *prefix, int nshards, unsigned flags);
 TZR_HIDDEN int shard_json_read(const char *path, const struct tzr_http_options *http, shard_table *tb,
                                int *sidecar_shard);
+/* The manifest text's entries of the usual shape straight into tb, the
+ * other top-level members as a jansson object in *root (its "tensors" an
+ * empty array): 0, TZR_ENOMEM, or SHARD_RETRY for anything else (tb then
+ * holds what was added, to be freed, and the caller parses the whole
+ * text with jansson). shard_manifest_fast.c. */
+#define SHARD_RETRY 1
+struct json_t;
+TZR_HIDDEN int shard_manifest_scan(const char *text, size_t len, shard_table *tb, struct json_t **root);
 
 /* A Hugging Face model.safetensors.index.json: its weight_map, tensor
  * name -> file name (a plain name beside the index). */
