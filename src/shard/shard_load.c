@@ -377,11 +377,13 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
         nmap += s->tb.t[i].nslices;
         nwords += s->tb.t[i].nslices * MAPPING_WORDS * s->tb.t[i].pub.ndim;
     }
-    target *tg = calloc(n ? n : 1, sizeof *tg);
-    mapping *pool = malloc((nmap ? nmap : 1) * sizeof *pool);
-    uint64_t *words = malloc((nwords ? nwords : 1) * sizeof *words);
-    uint64_t *shapes = malloc((ndims ? ndims : 1) * sizeof *shapes);
-    unsigned char *want = calloc(n ? n : 1, 1);
+    /* Huge pages (free() frees): for 100k tensors these are ~50 MB, and
+     * their 4 KiB first-touch faults were most of a fresh process's load. */
+    target *tg = tzr_calloc_big(n ? n : 1, sizeof *tg);
+    mapping *pool = tzr_alloc_big((nmap ? nmap : 1) * sizeof *pool);
+    uint64_t *words = tzr_alloc_big((nwords ? nwords : 1) * sizeof *words);
+    uint64_t *shapes = tzr_alloc_big((ndims ? ndims : 1) * sizeof *shapes);
+    unsigned char *want = tzr_calloc_big(n ? n : 1, 1);
     int rc = !tg || !pool || !words || !shapes || !want ? tzr_fail(TZR_ENOMEM, "out of memory") : 0;
     if (!rc) rc = make_targets(s, rank, nranks, rules, tg, shapes);
     uint64_t total = 0;
@@ -408,7 +410,7 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
         if (dest->alloc_staging) j.base.alloc_staging = job_alloc_staging, j.base.free_staging = job_free_staging;
         j.dest = dest;
         j.nlocal = tzr_reader_count(r);
-        j.map = calloc(j.nlocal ? j.nlocal : 1, sizeof *j.map);
+        j.map = tzr_calloc_big(j.nlocal ? j.nlocal : 1, sizeof *j.map);
         if (!j.map) rc = tzr_fail(TZR_ENOMEM, "out of memory");
         int any = 0;
         if (!rc) rc = build_job(s, k, rank, tg, want, &j, pool, words, &any);
