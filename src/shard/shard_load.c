@@ -276,13 +276,14 @@ static int build_job(tzr_shard_set *s, int k, int rank, const target *tg, const 
     for (size_t i = 0; i < s->tb.n; i++) {
         const shard_entry *e = &s->tb.t[i];
         box dst;
-        box_of(&dst, e, tg[i].dim, tg[i].offset, tg[i].length);
+        int have_dst = 0; /* made for the first slice this shard holds (most tensors: none) */
         if (!want[i] || tg[i].info.nbytes == 0) continue;
         for (size_t q = 0; q < e->nslices; q++) {
             const shard_slice *sl = &e->slices[q];
             /* a replicated tensor is read from one holder, spread over ranks */
             if (e->pub.dim == TZR_SHARD_REPLICATED && q != (size_t)rank % e->nslices) continue;
             if (sl->shard != k) continue;
+            if (!have_dst) box_of(&dst, e, tg[i].dim, tg[i].offset, tg[i].length), have_dst = 1;
             box src, cut;
             box_copy(&cut, &dst);
             box_of(&src, e, e->pub.dim, sl->offset, sl->length);
