@@ -173,8 +173,8 @@ static size_t fast_sha(const uint8_t *p, size_t n, size_t i, uint8_t out[32]) {
     int bad = 0;
     for (int k = 0; k < 32; k++) {
         int a = hexval(h[2 * k]), b = hexval(h[2 * k + 1]);
-        bad |= a | b;
-        out[k] = (uint8_t)(a << 4 | b);
+        bad |= a | b; /* -1 for a non-hex digit */
+        out[k] = (uint8_t)(((unsigned)a & 15) << 4 | ((unsigned)b & 15));
     }
     return bad < 0 ? 0 : i + 66;
 }
