@@ -397,7 +397,7 @@ out:
 int shard_manifest_scan(const char *text, size_t len, shard_table *tb, json_t **root_out) {
     const uint8_t *p = (const uint8_t *)text;
     size_t n = len, i = skip_ws(p, n, 0);
-    int rc = 0, have_tensors = 0;
+    int rc = 0;
     *root_out = NULL;
     pthread_once(&hex_once, hex_init);
     if (i >= n || p[i] != '{') return SHARD_RETRY;
@@ -420,7 +420,6 @@ int shard_manifest_scan(const char *text, size_t len, shard_table *tb, json_t **
             if (!e) goto retry;
             /* The checks want an array here; the entries are in tb. */
             if (json_object_set_new(root, key, json_array())) goto nomem;
-            have_tensors = 1;
             i = e;
         } else {
             size_t e = scan_value(p, n, i);
@@ -436,7 +435,6 @@ int shard_manifest_scan(const char *text, size_t len, shard_table *tb, json_t **
     }
 end:
     if (skip_ws(p, n, i + 1) != n) goto retry;
-    (void)have_tensors;
     *root_out = root;
     return 0;
 nomem:

@@ -65,7 +65,6 @@ int shard_table_reserve(shard_table *tb, size_t n) {
     return 0;
 }
 
-
 void shard_table_drop_last(shard_table *tb) {
     const shard_entry *e = &tb->t[tb->n - 1];
     /* Added last, so no probe chain runs through its slot. */
