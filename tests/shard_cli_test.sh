@@ -69,4 +69,18 @@ cp "$T/sw/ck-rank-00001-of-00002.tensors" "$T/sw/ck-rank-00000-of-00002.tensors"
 $DT "$T/sw/ck.tzr-index.json" --verify > "$T/sw.out" 2> "$T/sw.err"; rc=$?
 check manifest_verify_swapped_shard sh -c "test $rc = 1 && grep -q 'shard 0: tensor .*header sha256 differs from the manifest' '$T/sw.err' &&
     ! grep -q 'OK .*(shard 0)' '$T/sw.out'"
+# tzr-bench --file MANIFEST: the set's rows, each run through (timings are
+# not checked; both loads deliver every tensor byte of the checkpoint).
+mkdir "$T/bn"
+$TZ -q "$T/m.safetensors" --shards 2 -o "$T/bn/b.tensors"
+"$BUILD/tzr-bench" --file "$T/bn/b.tzr-index.json" --repeat 1 --json > "$T/bn.out" 2>&1
+check bench_manifest_rows python3 - "$T/bn.out" "$T/m.json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 6 and all(r["ok"] for r in rows), rows
+want = sum(t["data_length"] for t in json.load(open(sys.argv[2])))
+loads = [r for r in rows if "host" in r["case"] or "null" in r["case"]]
+assert len(loads) == 4 and all(r["bytes"] == loads[0]["bytes"] > 0 for r in loads), loads
+assert loads[0]["bytes"] == want, (want, loads[0]["bytes"])
+PY
 exit 0

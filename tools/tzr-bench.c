@@ -23,6 +23,7 @@
 #include "tzr_http.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
+#include "tzr_shard.h"
 
 static const char usage[] =
     "Usage: tzr-bench [OPTIONS]\n"
@@ -38,7 +39,9 @@ static const char usage[] =
     "  --layers N        transformer layers (default 16)\n"
     "  --small N         tensors in the small-tensor case (default 100000, 4 KiB each; 0 = skip)\n"
     "  --dir DIR         where to write the files (default /tmp)\n"
-    "  --file PATH       benchmark this existing .tensors file instead\n"
+    "  --file PATH       benchmark this existing .tensors file instead; a shard\n"
+    "                    manifest (*.json): raw read of its shard files, the\n"
+    "                    set's open, and open + load of rank 0 of 1 (host, null)\n"
     "  --cold            also measure after dropping the file from the page cache\n"
     "  --cuda            also measure the CUDA device sink (needs a GPU)\n"
     "  --threads N       pipeline threads;  --chunk-mib N  read size;  --ring-mib N  budget\n"
@@ -274,14 +277,16 @@ static int write_in_child(const write_job *j) {
 /* ---- cases ------------------------------------------------------------ */
 typedef enum {
     C_RAW, C_HOST, C_HOST_VERIFY, C_NULL, C_NULL_VERIFY, C_CUDA, C_ST_COPY, C_H2D, C_HOST_CRC32, C_NULL_CRC32,
-    C_SHA_CORE, C_CRC_CORE, C_CUDA_CRC32, C_CUDA_VERIFY
+    C_SHA_CORE, C_CRC_CORE, C_CUDA_CRC32, C_CUDA_VERIFY, C_SET_RAW, C_SET_OPEN, C_SET_HOST, C_SET_NULL
 } case_kind;
 static const char *case_names[] = {"raw read (floor)", "libtzr -> host", "libtzr -> host + verify",
                                    "libtzr -> null", "libtzr -> null + verify", "libtzr -> cuda",
                                    "safetensors mmap+copy (peer)", "pinned cudaMemcpy H2D (floor)",
                                    "libtzr -> host + verify crc32", "libtzr -> null + verify crc32",
                                    "SHA-256, one core (reference)", "CRC32, one core (reference)",
-                                   "libtzr -> cuda + verify crc32", "libtzr -> cuda + verify"};
+                                   "libtzr -> cuda + verify crc32", "libtzr -> cuda + verify",
+                                   "raw read, every shard (floor)", "set open (manifest+shards)",
+                                   "set open + load -> host", "set open + load -> null"};
 
 typedef struct result {
     double seconds;
@@ -290,6 +295,8 @@ typedef struct result {
     int rc;
     char err[400];
     uint64_t requests, retries;
+    double open_s;       /* set cases: the open's share of seconds */
+    uint64_t bytes_read; /* set cases: bytes read from shard files */
 } result;
 
 static void drop_cache(const char *path) {
@@ -413,7 +420,44 @@ static int crc_core(uint64_t *bytes, double *seconds) {
     return 0;
 }
 
+/* A shard set (manifest): its shard files' raw read, or its open alone,
+ * or open + load of rank 0 of 1 (every tensor whole). */
+static int run_set(const cfg *c, case_kind k, const char *path, uint64_t *bytes, result *res) {
+    tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
+    so.verify = 0;
+    tzr_shard_set *s;
+    double t0 = cli_now();
+    int rc = tzr_shard_open(&s, path, &so);
+    if (rc) return rc;
+    res->open_s = cli_now() - t0;
+    *bytes = 0;
+    if (k == C_SET_RAW) {
+        /* Paths from the open; only the reads are timed (the caller
+         * subtracts open_s). */
+        for (int i = 0; i < tzr_shard_nshards(s) && !rc; i++) {
+            uint64_t b = 0;
+            rc = raw_read(tzr_reader_source(tzr_shard_reader(s, i))->name, c->threads > 0 ? c->threads : 2, &b);
+            *bytes += b;
+        }
+        res->bytes_read = *bytes;
+    } else if (k != C_SET_OPEN) {
+        tzr_sink *sink = NULL;
+        rc = k == C_SET_HOST ? tzr_sink_host_new(&sink, NULL, NULL) : tzr_sink_null_new(&sink);
+        tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
+        lo.threads = c->threads;
+        lo.chunk_bytes = c->chunk;
+        lo.ring_bytes = c->ring;
+        tzr_load_stats st;
+        if (!rc) rc = tzr_shard_load_rank_into(s, 0, 1, NULL, sink, &lo, &st);
+        if (!rc) *bytes = st.bytes, res->bytes_read = st.bytes_read;
+        tzr_sink_free(sink);
+    }
+    tzr_shard_close(s);
+    return rc;
+}
+
 static int run_case(const cfg *c, case_kind k, const char *path, uint64_t *bytes, result *res) {
+    if (k >= C_SET_RAW) return run_set(c, k, path, bytes, res);
     if (k == C_SHA_CORE) return sha_core(bytes);
     if (k == C_RAW) return raw_read(path, c->threads > 0 ? c->threads : 2, bytes);
     if (k == C_ST_COPY) return st_copy(path, bytes);
@@ -483,6 +527,7 @@ static int child_measure(void *ctx, void *out) {
         }
         res->rc = run_case(cc->c, cc->k, cc->path, &res->bytes, res);
         res->seconds = cli_now() - t0;
+        if (cc->k == C_SET_RAW) res->seconds -= res->open_s; /* the floor is the reads alone */
     }
     if (res->rc) snprintf(res->err, sizeof res->err, "%s", tzr_last_error());
     return 0;
@@ -534,6 +579,49 @@ static void report(const cfg *c, const char *group, case_kind k, const result *r
     }
     printf("| %-11s | %-30s | %8.3f | %7.2f | %6.2f | %9.0f |\n", group, case_names[k], r->seconds, gbps, ratio,
            r->maxrss_kib / 1024.0);
+}
+
+/* --file MANIFEST: rows for a shard set. A load of rank 0 of 1 reads one
+ * holder of each tensor (a replicated set: one shard file), so its ratio
+ * is against the raw read's time for the bytes it read, at the floor's
+ * rate; "load" rows are the same runs less their open. */
+static int bench_set(cfg *c, const char *path) {
+    if (!c->json) {
+        printf("shard set: %s, best of %d runs each; ratio: the raw read's time for the bytes read over the "
+               "case's\n\n", path, c->repeat);
+        printf("| %-36s | %8s | %8s | %7s | %6s | %9s |\n", "case", "seconds", "MB read", "GB/s", "ratio",
+               "peak RSS MiB");
+        printf("|--------------------------------------|----------|----------|---------|--------|-----------|\n");
+    }
+    result raw = measure(c, C_SET_RAW, path, 0); /* first run warms the cache */
+    raw = measure(c, C_SET_RAW, path, 0);
+    double rate = raw.rc || raw.seconds <= 0 ? 0 : (double)raw.bytes / raw.seconds; /* bytes/s */
+    case_kind ks[] = {C_SET_RAW, C_SET_OPEN, C_SET_HOST, C_SET_NULL};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        result r = i == 0 ? raw : measure(c, ks[i], path, 0);
+        for (int load_only = 0; load_only <= (ks[i] == C_SET_HOST || ks[i] == C_SET_NULL); load_only++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s", !load_only ? case_names[ks[i]]
+                                              : ks[i] == C_SET_HOST ? "  the load alone -> host"
+                                                                    : "  the load alone -> null");
+            double sec = load_only ? r.seconds - r.open_s : r.seconds;
+            double floor_s = rate > 0 ? (double)r.bytes_read / rate : 0;
+            double ratio = r.rc || sec <= 0 || !r.bytes_read ? 0 : floor_s / sec;
+            double gbps = r.rc || sec <= 0 ? 0 : (double)r.bytes / sec / 1e9;
+            if (c->json)
+                printf("{\"case\":\"%s\",\"group\":\"set\",\"ok\":%s,\"seconds\":%.4f,\"open_seconds\":%.4f,"
+                       "\"bytes\":%llu,\"bytes_read\":%llu,\"gbps\":%.3f,\"ratio\":%.3f,\"peak_rss_mib\":%.1f}\n",
+                       name, r.rc ? "false" : "true", sec, r.open_s, (unsigned long long)r.bytes,
+                       (unsigned long long)r.bytes_read, gbps, ratio, r.maxrss_kib / 1024.0);
+            else if (r.rc)
+                printf("| %-36s | %s\n", name, r.err);
+            else
+                printf("| %-36s | %8.3f | %8.0f | %7.2f | %6.2f | %9.0f |\n", name, sec, r.bytes_read / 1e6, gbps,
+                       ratio, r.maxrss_kib / 1024.0);
+            fflush(stdout);
+        }
+    }
+    return raw.rc ? EXIT_FAILURE : EXIT_OK;
 }
 
 static void header(const cfg *c) {
@@ -672,6 +760,7 @@ int main(int argc, char **argv) {
         int rc = write_checkpoints(&c, NULL, c.sample);
         return rc ? cli_lib_error(rc) : EXIT_OK;
     }
+    if (c.file && strlen(c.file) > 5 && strcmp(c.file + strlen(c.file) - 5, ".json") == 0) return bench_set(&c, c.file);
     char tpath[512], spath[512], smallpath[512];
     snprintf(tpath, sizeof tpath, "%s/tzr-bench-%d.tensors", c.dir, (int)getpid());
     snprintf(spath, sizeof spath, "%s/tzr-bench-%d.safetensors", c.dir, (int)getpid());

@@ -54,7 +54,7 @@ static int add_file(tzr_shard_set *s, int k, const char *path, hf_pair *pairs, s
         }
         shard_entry *e = shard_table_add(&s->tb, t->name, t->name_len, t->dtype_str, t->dtype_len, t->ndim, t->shape,
                                          TZR_SHARD_REPLICATED);
-        if (!e || shard_entry_add_slice(e, k, 0, 0)) return TZR_ENOMEM;
+        if (!e || shard_entry_add_slice(&s->tb, e, k, 0, 0)) return TZR_ENOMEM;
         e->slices[e->nslices - 1].local = i;
     }
     return 0;

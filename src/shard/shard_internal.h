@@ -5,6 +5,7 @@
 #define TZR_SHARD_INTERNAL_H
 
 #include "internal.h"
+#include "mem.h"
 #include "tzr_shard.h"
 
 #define SHARD_FORMAT "tzr-shards"
@@ -20,11 +21,11 @@ typedef struct shard_slice {
 
 typedef struct shard_entry {
     tzr_shard_tensor pub;    /* name/dtype/shape point into the fields below */
-    char *name;
-    char *dtype;
-    uint64_t *shape;
+    char *name;              /* name, dtype, shape and slices live in the */
+    char *dtype;             /* table's arena (a 100k-tensor manifest made */
+    uint64_t *shape;         /* 500k mallocs); entries of one dtype share it */
     shard_slice *slices;     /* replicated: one per holder */
-    size_t nslices;
+    size_t nslices, slice_cap;
 } shard_entry;
 
 typedef struct shard_table {
@@ -33,6 +34,11 @@ typedef struct shard_table {
     uint64_t *sizes;
     shard_entry *t;
     size_t n, cap;
+    tzr_arena arena;         /* the entries' fields */
+    size_t *slots, nslots;   /* name -> entry index + 1 (0: empty), linear
+                                probing, built by the first find: a linear
+                                find made merging and writing 100k tensors
+                                quadratic */
 } shard_table;
 
 TZR_HIDDEN void shard_table_free(shard_table *tb);
@@ -40,14 +46,20 @@ TZR_HIDDEN void shard_table_free(shard_table *tb);
  * set). */
 TZR_HIDDEN shard_entry *shard_table_add(shard_table *tb, const char *name, size_t name_len, const char *dtype,
                                         size_t dtype_len, uint32_t ndim, const uint64_t *shape, int dim);
-TZR_HIDDEN int shard_entry_add_slice(shard_entry *e, int shard, uint64_t offset, uint64_t length);
-TZR_HIDDEN int shard_table_find(const shard_table *tb, const char *name, size_t name_len, size_t *idx);
+TZR_HIDDEN int shard_entry_add_slice(shard_table *tb, shard_entry *e, int shard, uint64_t offset, uint64_t length);
+/* 0 and *idx, TZR_ENOTFOUND, or TZR_ENOMEM (the first call builds the
+ * name index, which later adds keep up to date). */
+TZR_HIDDEN int shard_table_find(shard_table *tb, const char *name, size_t name_len, size_t *idx);
+/* Room for n entries. */
+TZR_HIDDEN int shard_table_reserve(shard_table *tb, size_t n);
+/* Take back the entry shard_table_add just made. */
+TZR_HIDDEN void shard_table_drop_last(shard_table *tb);
 /* Every slice list tiles its tensor exactly; dtypes parse; shards in range. */
 TZR_HIDDEN int shard_table_validate(const shard_table *tb, const char *what);
 /* Local shape of slice sl of e into out (ndim entries). */
 TZR_HIDDEN void shard_local_shape(const shard_entry *e, const shard_slice *sl, uint64_t *out);
 
-/* JSON (jansson stays inside shard_manifest.c). kind: "manifest" or the
+/* JSON (jansson stays inside shard_manifest*.c). kind: "manifest" or the
  * sidecar of shard `shard`; written as tzr_output_open_file_flags(flags). */
 TZR_HIDDEN int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path, unsigned flags);
 /* tzr_shard_manifest_build with the manifest's output flags
@@ -55,6 +67,14 @@ TZR_HIDDEN int shard_json_write(const shard_table *tb, int sidecar_shard, const 
 TZR_HIDDEN int shard_manifest_write(const char *prefix, int nshards, unsigned flags);
 TZR_HIDDEN int shard_json_read(const char *path, const struct tzr_http_options *http, shard_table *tb,
                                int *sidecar_shard);
+/* The manifest text's entries of the usual shape straight into tb, the
+ * other top-level members as a jansson object in *root (its "tensors" an
+ * empty array): 0, TZR_ENOMEM, or SHARD_RETRY for anything else (tb then
+ * holds what was added, to be freed, and the caller parses the whole
+ * text with jansson). shard_manifest_fast.c. */
+#define SHARD_RETRY 1
+struct json_t;
+TZR_HIDDEN int shard_manifest_scan(const char *text, size_t len, shard_table *tb, struct json_t **root);
 
 /* A Hugging Face model.safetensors.index.json: its weight_map, tensor
  * name -> file name (a plain name beside the index). */

@@ -36,7 +36,7 @@ static int open_plain(tzr_shard_set *s, const char *path) {
         const tzr_tensor_info *t = tzr_reader_tensor(r, i);
         shard_entry *e = shard_table_add(&s->tb, t->name, t->name_len, t->dtype_str, t->dtype_len, t->ndim, t->shape,
                                          TZR_SHARD_REPLICATED);
-        if (!e || shard_entry_add_slice(e, 0, 0, 0)) return TZR_ENOMEM;
+        if (!e || shard_entry_add_slice(&s->tb, e, 0, 0, 0)) return TZR_ENOMEM;
         e->slices[0].local = i;
     }
     return 0;
@@ -57,6 +57,12 @@ int shard_location(const char *manifest, const char *name, char *buf, size_t cap
     free(enc);
     if (n < 0 || (size_t)n >= cap) return tzr_fail(TZR_EINVAL, "%s: shard path too long", manifest);
     return 0;
+}
+
+/* An entry's printable name, made only for a message (making it for
+ * every entry was a tenth of a 100k-tensor open's checks). */
+static const char *ename(const shard_entry *e, char *nb) {
+    return tzr_printable(e->name, e->pub.name_len, nb, TZR_NAMEBUF);
 }
 
 static int check_shard(tzr_shard_set *s, int k) {
@@ -90,18 +96,18 @@ static int check_shard(tzr_shard_set *s, int k) {
         for (size_t q = 0; q < e->nslices; q++) {
             shard_slice *sl = &e->slices[q];
             if (sl->shard != k) continue;
-            const char *nm = tzr_printable(e->name, e->pub.name_len, nb, sizeof nb);
             if (tzr_reader_find(r, e->name, e->pub.name_len, &sl->local))
-                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' is not in %s ('%s')", s->path, nm, what, path);
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' is not in %s ('%s')", s->path, ename(e, nb), what, path);
             const tzr_tensor_info *t = tzr_reader_tensor(r, sl->local);
             uint64_t want[TZR_MAX_DIMS];
             shard_local_shape(e, sl, want);
             if (t->dtype_len != e->pub.dtype_len || memcmp(t->dtype_str, e->dtype, t->dtype_len))
-                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' in %s: dtype differs from the manifest", s->path, nm,
-                                what);
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' in %s: dtype differs from the manifest", s->path,
+                                ename(e, nb), what);
             if (t->ndim != e->pub.ndim || memcmp(t->shape, want, t->ndim * sizeof *want))
                 return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' in %s: local shape differs from the manifest's slice (dim %d, %u dims, first extent %llu vs %llu)",
-                                s->path, nm, what, e->pub.dim, t->ndim, (unsigned long long)(t->ndim ? t->shape[0] : 0),
+                                s->path, ename(e, nb), what, e->pub.dim, t->ndim,
+                                (unsigned long long)(t->ndim ? t->shape[0] : 0),
                                 (unsigned long long)(e->pub.ndim ? want[0] : 0));
         }
     }

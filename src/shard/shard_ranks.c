@@ -185,7 +185,7 @@ static int add_tensor(tzr_shard_set *s, const shard_rules *rules, size_t i0) {
     uint64_t off = 0;
     for (int k = 0; k < n && !rc; k++) {
         uint64_t len = dim == TZR_SHARD_REPLICATED ? 0 : tzr_reader_tensor(s->readers[k], idx[k])->shape[dim];
-        if ((rc = shard_entry_add_slice(e, k, dim == TZR_SHARD_REPLICATED ? 0 : off, len))) break;
+        if ((rc = shard_entry_add_slice(&s->tb, e, k, dim == TZR_SHARD_REPLICATED ? 0 : off, len))) break;
         e->slices[e->nslices - 1].local = idx[k];
         off += len;
     }

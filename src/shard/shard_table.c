@@ -6,18 +6,73 @@
 
 void shard_table_free(shard_table *tb) {
     if (!tb) return;
-    for (size_t i = 0; i < tb->n; i++) {
-        free(tb->t[i].name);
-        free(tb->t[i].dtype);
-        free(tb->t[i].shape);
-        free(tb->t[i].slices);
-    }
+    tzr_arena_free(&tb->arena);
+    free(tb->slots);
     free(tb->t);
     if (tb->files)
         for (int k = 0; k < tb->nshards; k++) free(tb->files[k]);
     free(tb->files);
     free(tb->sizes);
     memset(tb, 0, sizeof *tb);
+}
+
+/* FNV-1a: names are short. */
+static size_t name_hash(const char *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 0x100000001b3ull;
+    return (size_t)(h ^ (h >> 32));
+}
+
+/* The slot holding name, or the empty one where it would go. */
+static size_t slot_of(const shard_table *tb, const char *name, size_t len) {
+    size_t mask = tb->nslots - 1, b = name_hash(name, len) & mask;
+    for (; tb->slots[b]; b = (b + 1) & mask) {
+        const shard_entry *e = &tb->t[tb->slots[b] - 1];
+        if (e->pub.name_len == len && memcmp(e->name, name, len) == 0) break;
+    }
+    return b;
+}
+
+/* Room for `want` entries in the index (at most half full). */
+static int index_size(shard_table *tb, size_t want) {
+    if (2 * want <= tb->nslots) return 0;
+    size_t ns = tb->nslots ? tb->nslots : 64;
+    while (ns < 2 * want) ns *= 2;
+    size_t *old = tb->slots, on = tb->nslots;
+    if (!(tb->slots = tzr_calloc_big(ns, sizeof *tb->slots))) {
+        tb->slots = old;
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    tb->nslots = ns;
+    for (size_t b = 0; b < on; b++)
+        if (old[b]) {
+            const shard_entry *e = &tb->t[old[b] - 1];
+            tb->slots[slot_of(tb, e->name, e->pub.name_len)] = old[b];
+        }
+    free(old);
+    return 0;
+}
+
+int shard_table_reserve(shard_table *tb, size_t n) {
+    if (n > tb->cap) {
+        /* Huge pages, of which those never used are never touched (a
+         * manifest reserves for as many entries as its text could hold). */
+        shard_entry *g = n > SIZE_MAX / sizeof *g ? NULL : tzr_grow_big(tb->t, tb->n * sizeof *g, n * sizeof *g);
+        if (!g) return tzr_fail(TZR_ENOMEM, "out of memory");
+        tb->t = g;
+        tb->cap = n;
+    }
+    return 0;
+}
+
+void shard_table_drop_last(shard_table *tb) {
+    const shard_entry *e = &tb->t[tb->n - 1];
+    /* Added last, so no probe chain runs through its slot. */
+    if (tb->slots) {
+        size_t b = slot_of(tb, e->name, e->pub.name_len);
+        if (tb->slots[b] == tb->n) tb->slots[b] = 0; /* not an earlier entry of that name */
+    }
+    tb->n--;
 }
 
 shard_entry *shard_table_add(shard_table *tb, const char *name, size_t name_len, const char *dtype,
@@ -29,19 +84,27 @@ shard_entry *shard_table_add(shard_table *tb, const char *name, size_t name_len,
         tb->t = g;
         tb->cap = cap;
     }
+    if (tb->slots && index_size(tb, tb->n + 1)) return NULL;
     shard_entry *e = &tb->t[tb->n];
+    /* Runs of one dtype are the rule: share the previous entry's copy
+     * and parse. */
+    const shard_entry *prev = tb->n ? e - 1 : NULL;
+    int same = prev && prev->pub.dtype_len == dtype_len && memcmp(prev->dtype, dtype, dtype_len) == 0;
     memset(e, 0, sizeof *e);
-    e->name = malloc(name_len + 1);
-    e->dtype = malloc(dtype_len + 1);
-    e->shape = malloc((ndim ? ndim : 1) * sizeof *e->shape);
-    if (!e->name || !e->dtype || !e->shape) {
-        free(e->name), free(e->dtype), free(e->shape);
-        return tzr_fail(TZR_ENOMEM, "out of memory"), NULL;
-    }
+    /* shape, then name, then (unless shared) dtype, in one piece */
+    uint64_t *sh = tzr_arena_alloc(&tb->arena, ndim * sizeof *sh + name_len + 1 + (same ? 0 : dtype_len + 1));
+    if (!sh) return tzr_fail(TZR_ENOMEM, "out of memory"), NULL;
+    e->shape = sh;
+    e->name = (char *)(sh + ndim);
     memcpy(e->name, name, name_len);
     e->name[name_len] = 0;
-    memcpy(e->dtype, dtype, dtype_len);
-    e->dtype[dtype_len] = 0;
+    if (same) {
+        e->dtype = prev->dtype;
+    } else {
+        e->dtype = e->name + name_len + 1;
+        memcpy(e->dtype, dtype, dtype_len);
+        e->dtype[dtype_len] = 0;
+    }
     if (ndim) memcpy(e->shape, shape, ndim * sizeof *shape);
     tzr_shard_tensor *p = &e->pub;
     p->name = e->name;
@@ -52,30 +115,49 @@ shard_entry *shard_table_add(shard_table *tb, const char *name, size_t name_len,
     p->shape = e->shape;
     p->dim = dim;
     int opaque;
-    if (tzr_dtype_parse(e->dtype, dtype_len, &p->dtype, &p->itemsize, &opaque)) p->itemsize = 0;
+    if (same) p->dtype = prev->pub.dtype, p->itemsize = prev->pub.itemsize;
+    else if (tzr_dtype_parse(e->dtype, dtype_len, &p->dtype, &p->itemsize, &opaque)) p->itemsize = 0;
     uint64_t nb = p->itemsize;
     for (uint32_t d = 0; d < ndim; d++)
         if (!tzr_mul_ok(nb, shape[d], &nb)) nb = UINT64_MAX;
     p->nbytes = nb;
+    /* A name given twice keeps the first in the index (what a linear
+     * find gave); callers that refuse duplicates look before adding. */
+    if (tb->slots) {
+        size_t b = slot_of(tb, e->name, name_len);
+        if (!tb->slots[b]) tb->slots[b] = tb->n + 1;
+    }
     tb->n++;
     return e;
 }
 
-int shard_entry_add_slice(shard_entry *e, int shard, uint64_t offset, uint64_t length) {
-    shard_slice *g = realloc(e->slices, (e->nslices + 1) * sizeof *g);
-    if (!g) return tzr_fail(TZR_ENOMEM, "out of memory");
-    e->slices = g;
-    g[e->nslices++] = (shard_slice){shard, offset, length, 0, 0, {0}};
+/* Slices grow in the arena by doubling (what they outgrow stays there:
+ * at most as much again). */
+int shard_entry_add_slice(shard_table *tb, shard_entry *e, int shard, uint64_t offset, uint64_t length) {
+    if (e->nslices == e->slice_cap) {
+        size_t cap = e->slice_cap ? 2 * e->slice_cap : 1;
+        shard_slice *g = cap > SIZE_MAX / sizeof *g ? NULL : tzr_arena_alloc(&tb->arena, cap * sizeof *g);
+        if (!g) return tzr_fail(TZR_ENOMEM, "out of memory");
+        if (e->nslices) memcpy(g, e->slices, e->nslices * sizeof *g);
+        e->slices = g;
+        e->slice_cap = cap;
+    }
+    e->slices[e->nslices++] = (shard_slice){shard, offset, length, 0, 0, {0}};
     return 0;
 }
 
-int shard_table_find(const shard_table *tb, const char *name, size_t name_len, size_t *idx) {
-    for (size_t i = 0; i < tb->n; i++)
-        if (tb->t[i].pub.name_len == name_len && memcmp(tb->t[i].name, name, name_len) == 0) {
-            *idx = i;
-            return 0;
+int shard_table_find(shard_table *tb, const char *name, size_t name_len, size_t *idx) {
+    if (!tb->slots) { /* the first find builds the index; adds then keep it */
+        if (index_size(tb, tb->n > 32 ? tb->n : 32)) return TZR_ENOMEM;
+        for (size_t i = 0; i < tb->n; i++) {
+            size_t b = slot_of(tb, tb->t[i].name, tb->t[i].pub.name_len);
+            if (!tb->slots[b]) tb->slots[b] = i + 1;
         }
-    return TZR_ENOTFOUND;
+    }
+    size_t b = slot_of(tb, name, name_len);
+    if (!tb->slots[b]) return TZR_ENOTFOUND;
+    *idx = tb->slots[b] - 1;
+    return 0;
 }
 
 void shard_local_shape(const shard_entry *e, const shard_slice *sl, uint64_t *out) {
@@ -88,30 +170,35 @@ static int by_offset(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+/* An entry's printable name, made only for a message (making it for
+ * every entry was a tenth of a 100k-tensor open's checks). */
+static const char *ename(const shard_entry *e, char *nb) {
+    return tzr_printable(e->name, e->pub.name_len, nb, TZR_NAMEBUF);
+}
+
 int shard_table_validate(const shard_table *tb, const char *what) {
     for (size_t i = 0; i < tb->n; i++) {
         const shard_entry *e = &tb->t[i];
         char nb[TZR_NAMEBUF];
-        const char *nm = tzr_printable(e->name, e->pub.name_len, nb, sizeof nb);
         if (!e->pub.itemsize)
-            return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': bad dtype string", what, nm);
+            return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': bad dtype string", what, ename(e, nb));
         if (e->pub.nbytes == UINT64_MAX)
-            return tzr_fail(TZR_ELIMIT, "%s: tensor '%s': shape overflows", what, nm);
-        if (!e->nslices) return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': no shard holds it", what, nm);
+            return tzr_fail(TZR_ELIMIT, "%s: tensor '%s': shape overflows", what, ename(e, nb));
+        if (!e->nslices) return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': no shard holds it", what, ename(e, nb));
         for (size_t k = 0; k < e->nslices; k++)
             if (e->slices[k].shard < 0 || e->slices[k].shard >= tb->nshards)
-                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': shard %d out of range (%d shards)", what, nm,
+                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': shard %d out of range (%d shards)", what, ename(e, nb),
                                 e->slices[k].shard, tb->nshards);
         if (e->pub.dim == TZR_SHARD_REPLICATED) {
             for (size_t a = 0; a < e->nslices; a++)
                 for (size_t b = a + 1; b < e->nslices; b++)
                     if (e->slices[a].shard == e->slices[b].shard)
-                        return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': shard %d listed twice", what, nm,
+                        return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': shard %d listed twice", what, ename(e, nb),
                                         e->slices[a].shard);
             continue;
         }
         if (e->pub.dim < 0 || (uint32_t)e->pub.dim >= e->pub.ndim)
-            return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': split dim %d but %u dims", what, nm, e->pub.dim,
+            return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': split dim %d but %u dims", what, ename(e, nb), e->pub.dim,
                             e->pub.ndim);
         shard_slice *s = malloc(e->nslices * sizeof *s);
         if (!s) return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -123,23 +210,23 @@ int shard_table_validate(const shard_table *tb, const char *what) {
             uint64_t end;
             if (!tzr_add_ok(s[k].offset, s[k].length, &end) || end > len)
                 rc = tzr_fail(TZR_EFORMAT, "%s: tensor '%s': shard %d slice [%llu, +%llu) of dim %d passes its length %llu",
-                              what, nm, s[k].shard, (unsigned long long)s[k].offset,
+                              what, ename(e, nb), s[k].shard, (unsigned long long)s[k].offset,
                               (unsigned long long)s[k].length, e->pub.dim, (unsigned long long)len);
             else if (s[k].offset < at)
                 rc = tzr_fail(TZR_EFORMAT, "%s: tensor '%s': shard %d slice at %llu of dim %d overlaps the previous one (ends at %llu)",
-                              what, nm, s[k].shard, (unsigned long long)s[k].offset, e->pub.dim,
+                              what, ename(e, nb), s[k].shard, (unsigned long long)s[k].offset, e->pub.dim,
                               (unsigned long long)at);
             else if (s[k].offset > at)
                 rc = tzr_fail(TZR_EFORMAT, "%s: tensor '%s': gap in dim %d: [%llu, %llu) is held by no shard", what,
-                              nm, e->pub.dim, (unsigned long long)at, (unsigned long long)s[k].offset);
+                              ename(e, nb), e->pub.dim, (unsigned long long)at, (unsigned long long)s[k].offset);
             else
                 at = end;
         }
         free(s);
         if (rc) return rc;
         if (at != len)
-            return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': gap in dim %d: [%llu, %llu) is held by no shard", what, nm,
-                            e->pub.dim, (unsigned long long)at, (unsigned long long)len);
+            return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': gap in dim %d: [%llu, %llu) is held by no shard", what,
+                            ename(e, nb), e->pub.dim, (unsigned long long)at, (unsigned long long)len);
     }
     return 0;
 }

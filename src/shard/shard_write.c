@@ -110,11 +110,10 @@ static int slice_enter(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, uin
     shard_entry *e = shard_table_add(&sw->tb, d->name, d->name_len, dstr, dlen, d->ndim, d->shape, dim);
     if (!e) return TZR_ENOMEM;
     if (!e->pub.itemsize) {
-        sw->tb.n--;
-        free(e->name), free(e->dtype), free(e->shape);
+        shard_table_drop_last(&sw->tb);
         return tzr_fail(TZR_EINVAL, "tensor '%s': bad dtype string", nm);
     }
-    int rc = shard_entry_add_slice(e, sw->rank, dim == TZR_SHARD_REPLICATED ? 0 : d->offset,
+    int rc = shard_entry_add_slice(&sw->tb, e, sw->rank, dim == TZR_SHARD_REPLICATED ? 0 : d->offset,
                                    dim == TZR_SHARD_REPLICATED ? 0 : d->length);
     if (rc) return rc;
     if (d->sha256) {

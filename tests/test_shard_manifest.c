@@ -1,0 +1,318 @@
+/* Reading shard manifests: the entries of the usual shape are read
+ * without a JSON tree (shard_manifest_fast.c), anything else by jansson's
+ * tree. Both must give the same table and the same errors. The manifests
+ * here are written out by hand and every expected value is spelled out
+ * below, not taken from the reader; which path a text takes is checked
+ * with shard_manifest_scan itself. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "shard_internal.h"
+#include "tzr_shard.h"
+
+#include <jansson.h>
+
+/* Three tensors: one cut along dim 0 into three shards (header SHA-256
+ * of shards 0 and 2, the latter in capitals), one replicated 0-d tensor
+ * with escapes in its name and a whole-tensor sha256, one cut along dim
+ * 1 with an empty slice, members in another order and an unknown member.
+ * The dtype holds the NUL of tensorizer's opaque form. */
+static const char BASE[] =
+    "{\n"
+    " \"format\": \"tzr-shards\",\n"
+    " \"version\": 1,\n"
+    " \"shard_count\": 3,\n"
+    " \"shards\": [{\"index\": 0, \"file\": \"a.tensors\", \"size\": 100},\n"
+    "  {\"index\": 1, \"file\": \"b.tensors\", \"size\": 200},\n"
+    "  {\"index\": 2, \"file\": \"c.tensors\", \"size\": 300}],\n"
+    " \"tensors\": [\n"
+    "  {\"name\": \"w.q\", \"dtype\": \"<V2\\u0000torch.bfloat16\", \"shape\": [6, 4],\n"
+    "   \"slices\": [{\"shard\": 0, \"dim\": 0, \"offset\": 0, \"length\": 2},\n"
+    "    {\"shard\": 1, \"dim\": 0, \"offset\": 2, \"length\": 2},\n"
+    "    {\"shard\": 2, \"dim\": 0, \"offset\": 4, \"length\": 2}],\n"
+    "   \"header_sha256\": {\"0\": \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\",\n"
+    "    \"2\": \"FFEEDDCCBBAA99887766554433221100FFEEDDCCBBAA99887766554433221100\"}},\n"
+    "  {\"name\": \"caf\\u00e9 \\\"x\\\"\\/\\t\", \"dtype\": \"<f4\", \"shape\": [], \"replicated\": [2, 0],\n"
+    "   \"sha256\": \"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"},\n"
+    "  {\"note\": {\"x\": [1, 2.5, null]}, \"slices\": [{\"dim\": 1, \"length\": 5, \"shard\": 1, \"offset\": 0},\n"
+    "    {\"length\": 0, \"offset\": 5, \"dim\": 1, \"shard\": 0}], \"shape\": [3, 5], \"dtype\": \"<i8\",\n"
+    "   \"name\": \"b\"}\n"
+    " ]\n"
+    "}\n";
+
+/* The same document as one line, tabs and CRLFs, members reordered. */
+static const char REORDERED[] =
+    "\r\n{\"tensors\":[{\"dtype\":\"<V2\\u0000torch.bfloat16\",\"name\":\"w.q\",\"header_sha256\":{\"0\":"
+    "\"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\",\"2\":"
+    "\"FFEEDDCCBBAA99887766554433221100FFEEDDCCBBAA99887766554433221100\"},\"slices\":[{\"offset\":0,\"length\":2,"
+    "\"shard\":0,\"dim\":0},{\"dim\":0,\"shard\":1,\"offset\":2,\"length\":2},{\"length\":2,\"offset\":4,\"dim\":0,"
+    "\"shard\":2}],\"shape\":[6,4]},\t{\"replicated\":[ 2 ,\t0 ],\"sha256\":"
+    "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\",\"shape\":[ ],\"dtype\":\"<f4\","
+    "\"name\":\"caf\\u00E9 \\\"x\\\"/\\u0009\"},{\"name\":\"b\",\"dtype\":\"<i8\",\"shape\":[3,5],\"slices\":[{\"shard\":1,"
+    "\"dim\":1,\"offset\":0,\"length\":5},{\"shard\":0,\"dim\":1,\"offset\":5,\"length\":0}]}],\r\n"
+    "\t\"shards\":[{\"size\":100,\"file\":\"a.tensors\",\"index\":0},{\"index\":2,\"file\":\"c.tensors\",\"size\":300},"
+    "{\"index\":1,\"size\":200,\"file\":\"b.tensors\"}],\"shard_count\":3,\"version\":1,\"format\":\"tzr-shards\"}\r\n";
+
+/* The expected table, byte by byte. */
+static const uint8_t SHA_A[32] = {0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa,
+                                  0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00, 0x11, 0x22, 0x33, 0x44, 0x55,
+                                  0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff};
+static const uint8_t SHA_C[32] = {0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa, 0x99, 0x88, 0x77, 0x66, 0x55,
+                                  0x44, 0x33, 0x22, 0x11, 0x00, 0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa,
+                                  0x99, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00};
+static const uint8_t SHA_W[32] = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x01, 0x23, 0x45,
+                                  0x67, 0x89, 0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+                                  0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef};
+static const char NAME1[] = "caf\xc3\xa9 \"x\"/\t"; /* U+00E9 in UTF-8 */
+static const char DTYPE0[] = "<V2\0torch.bfloat16"; /* 18 bytes */
+
+typedef struct want_slice {
+    int shard;
+    uint64_t offset, length;
+    const uint8_t *hsha; /* NULL: none recorded */
+} want_slice;
+#define ANY_HSHA ((const uint8_t *)"") /* recorded, value not checked */
+
+static void check_slices(const shard_entry *e, const want_slice *w, size_t n) {
+    CHECKF(e->nslices == n, "'%s': %zu slices, want %zu", e->name, e->nslices, n);
+    for (size_t k = 0; k < n && k < e->nslices; k++) {
+        const shard_slice *s = &e->slices[k];
+        CHECKF(s->shard == w[k].shard && s->offset == w[k].offset && s->length == w[k].length,
+               "'%s' slice %zu: shard %d [%llu, +%llu)", e->name, k, s->shard, (unsigned long long)s->offset,
+               (unsigned long long)s->length);
+        CHECK(s->has_header_sha == (w[k].hsha != NULL));
+        if (w[k].hsha && w[k].hsha != ANY_HSHA) CHECK(memcmp(s->header_sha, w[k].hsha, 32) == 0);
+    }
+}
+
+static void check_table(const shard_table *tb) {
+    CHECK(tb->nshards == 3);
+    if (tb->nshards != 3) return;
+    CHECK(strcmp(tb->files[0], "a.tensors") == 0 && strcmp(tb->files[1], "b.tensors") == 0 &&
+          strcmp(tb->files[2], "c.tensors") == 0);
+    CHECK(tb->sizes[0] == 100 && tb->sizes[1] == 200 && tb->sizes[2] == 300);
+    CHECKF(tb->n == 3, "%zu tensors", tb->n);
+    if (tb->n != 3) return;
+
+    const shard_entry *e = &tb->t[0];
+    CHECK(e->pub.name_len == 3 && memcmp(e->pub.name, "w.q", 4) == 0);
+    CHECK(e->pub.dtype_len == 18 && memcmp(e->pub.dtype_str, DTYPE0, 18) == 0);
+    CHECK(e->pub.dtype == TZR_DTYPE_BF16 && e->pub.itemsize == 2);
+    CHECK(e->pub.ndim == 2 && e->pub.shape[0] == 6 && e->pub.shape[1] == 4 && e->pub.nbytes == 48);
+    CHECK(e->pub.dim == 0 && !e->pub.has_sha256);
+    check_slices(e, (want_slice[]){{0, 0, 2, SHA_A}, {1, 2, 2, NULL}, {2, 4, 2, SHA_C}}, 3);
+
+    e = &tb->t[1];
+    CHECK(e->pub.name_len == sizeof NAME1 - 1 && memcmp(e->pub.name, NAME1, sizeof NAME1) == 0);
+    CHECK(e->pub.dtype_len == 3 && memcmp(e->pub.dtype_str, "<f4", 4) == 0);
+    CHECK(e->pub.dtype == TZR_DTYPE_F32 && e->pub.ndim == 0 && e->pub.nbytes == 4);
+    CHECK(e->pub.dim == TZR_SHARD_REPLICATED);
+    CHECK(e->pub.has_sha256 && memcmp(e->pub.sha256, SHA_W, 32) == 0);
+    check_slices(e, (want_slice[]){{2, 0, 0, NULL}, {0, 0, 0, NULL}}, 2);
+
+    e = &tb->t[2];
+    CHECK(e->pub.name_len == 1 && memcmp(e->pub.name, "b", 2) == 0);
+    CHECK(e->pub.dtype_len == 3 && memcmp(e->pub.dtype_str, "<i8", 4) == 0 && e->pub.dtype == TZR_DTYPE_I64);
+    CHECK(e->pub.ndim == 2 && e->pub.shape[0] == 3 && e->pub.shape[1] == 5 && e->pub.nbytes == 120);
+    CHECK(e->pub.dim == 1 && !e->pub.has_sha256);
+    check_slices(e, (want_slice[]){{1, 0, 5, NULL}, {0, 5, 0, NULL}}, 2);
+}
+
+/* text with the first `from` replaced by `to` (malloc'd). */
+static char *replace(const char *text, const char *from, const char *to) {
+    const char *at = strstr(text, from);
+    if (!at) {
+        check_fail("'%s' not in the text", from);
+        return strdup(text);
+    }
+    size_t a = (size_t)(at - text), lf = strlen(from), lt = strlen(to), n = strlen(text);
+    char *out = malloc(n - lf + lt + 1);
+    memcpy(out, text, a);
+    memcpy(out + a, to, lt);
+    memcpy(out + a + lt, at + lf, n - a - lf + 1);
+    return out;
+}
+
+/* Which path the text takes: 0 (the scan reads it) or SHARD_RETRY. */
+static int path_of(const char *text) {
+    shard_table tb;
+    memset(&tb, 0, sizeof tb);
+    json_t *root = NULL;
+    int rc = shard_manifest_scan(text, strlen(text), &tb, &root);
+    json_decref(root);
+    shard_table_free(&tb);
+    return rc;
+}
+
+static char mpath[1024];
+
+/* Parse text as a manifest file: shard_json_read, then (when it parses)
+ * the table checks every open makes. *tb is left to the caller on 0. */
+static int read_text(const char *text, shard_table *tb) {
+    check_write_file(mpath, text, strlen(text));
+    int side = 0;
+    int rc = shard_json_read(mpath, NULL, tb, &side);
+    if (!rc) {
+        CHECK(side == -1);
+        rc = shard_table_validate(tb, mpath);
+        if (rc) shard_table_free(tb);
+    }
+    return rc;
+}
+
+static void expect_table(const char *what, const char *text, int path) {
+    CHECKF(path_of(text) == path, "%s: want the %s path", what, path ? "jansson" : "scan");
+    shard_table tb;
+    int rc = read_text(text, &tb);
+    CHECKF(rc == 0, "%s: %s", what, tzr_last_error());
+    if (rc) return;
+    check_table(&tb);
+    shard_table_free(&tb);
+}
+
+/* The usual shape is read by the scan whatever the member order and
+ * whitespace; the same content in forms it leaves to jansson (an escaped
+ * key, a repeated member of which jansson keeps the last, header keys
+ * out of order) gives the same table. */
+static void same_table_both_paths(void) {
+    expect_table("as written", BASE, 0);
+    expect_table("reordered", REORDERED, 0);
+    char *t = replace(BASE, "\"name\": \"w.q\"", "\"n\\u0061me\": \"w.q\"");
+    expect_table("escaped key", t, SHARD_RETRY);
+    free(t);
+    t = replace(BASE, "\"shape\": [3, 5]", "\"shape\": [7], \"shape\": [3, 5]");
+    expect_table("repeated member", t, SHARD_RETRY);
+    free(t);
+    t = replace(BASE, "\"header_sha256\": {\"0\": \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\",\n"
+                      "    \"2\": \"FFEEDDCCBBAA99887766554433221100FFEEDDCCBBAA99887766554433221100\"}",
+                "\"header_sha256\": {\"2\": \"FFEEDDCCBBAA99887766554433221100FFEEDDCCBBAA99887766554433221100\",\n"
+                "    \"0\": \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"}");
+    expect_table("header keys out of order", t, SHARD_RETRY);
+    free(t);
+    t = replace(BASE, "\"shard_count\": 3", "\"shard_count\": 3, \"s\\u0068ard_count\": 3");
+    expect_table("repeated top-level member", t, SHARD_RETRY);
+    free(t);
+}
+
+/* A malformed manifest: refused with `code` and a message holding w1 and
+ * w2, the same whether the scan meets it (it leaves every doubt to
+ * jansson) or jansson reads the whole text from the start (an escaped key
+ * in the first entry). */
+static void expect_refused(const char *what, const char *from, const char *to, int code, const char *w1,
+                           const char *w2) {
+    char *a = replace(BASE, from, to);
+    char *b = replace(a, "\"name\": \"w.q\"", "\"n\\u0061me\": \"w.q\"");
+    CHECKF(path_of(b) == SHARD_RETRY, "%s: the escaped key must go to jansson", what);
+    char msg[2][1024];
+    const char *texts[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        shard_table tb;
+        int rc = read_text(texts[k], &tb);
+        if (!rc) shard_table_free(&tb);
+        snprintf(msg[k], sizeof msg[k], "%s", tzr_last_error());
+        CHECKF(rc == code, "%s (%s): rc %d, want %d: %s", what, k ? "jansson" : "scan first", rc, code, msg[k]);
+        CHECKF(strstr(msg[k], w1) && (!w2 || strstr(msg[k], w2)), "%s: message '%s' lacks '%s' / '%s'", what,
+               msg[k], w1, w2 ? w2 : "");
+    }
+    CHECKF(strcmp(msg[0], msg[1]) == 0, "%s: messages differ:\n    %s\n    %s", what, msg[0], msg[1]);
+    free(a);
+    free(b);
+}
+
+static void malformed_same_errors(void) {
+    expect_refused("fraction in shape", "[3, 5]", "[3, 5.0]", TZR_EFORMAT, "tensors[2]", "bad shape");
+    expect_refused("negative extent", "[3, 5]", "[3, -5]", TZR_EFORMAT, "tensors[2]", "bad shape");
+    expect_refused("no dtype", "\"dtype\": \"<i8\"", "\"dtypo\": \"<i8\"", TZR_EFORMAT, "tensors[2]",
+                   "want name, dtype, shape");
+    expect_refused("slices and replicated", "\"name\": \"b\"", "\"name\": \"b\", \"replicated\": [0]", TZR_EFORMAT,
+                   "tensors[2]", "one of slices/replicated");
+    expect_refused("slice dims differ", "\"offset\": 5, \"dim\": 1", "\"offset\": 5, \"dim\": 0", TZR_EFORMAT,
+                   "tensor 'b'", "slice 1 is malformed");
+    expect_refused("split dim past the shape", "{\"dim\": 1, \"length\": 5", "{\"dim\": 2, \"length\": 5",
+                   TZR_EFORMAT, "tensor 'b'", "split dim 2 but 2 dims");
+    expect_refused("shard past the limit", "\"replicated\": [2, 0]", "\"replicated\": [2, 100000]", TZR_EFORMAT,
+                   "tensor 'caf", "slice 1 is malformed");
+    expect_refused("sha256 not hex", "0123456789abcdef0123", "0123456789abcdefg123", TZR_EFORMAT, "tensor 'caf",
+                   "bad sha256");
+    expect_refused("sha256 short", "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"",
+                   "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\"", TZR_EFORMAT, "tensor 'caf",
+                   "bad sha256");
+    expect_refused("header_sha256 not an object", "\"name\": \"b\"", "\"name\": \"b\", \"header_sha256\": []",
+                   TZR_EFORMAT, "tensor 'b'", "header_sha256 must be an object");
+    expect_refused("header sha short", "\"2\": \"FFEEDDCCBBAA99887766554433221100FF",
+                   "\"2\": \"FFEEDDCCBBAA99887766554433221100F", TZR_EFORMAT, "tensor 'w.q'",
+                   "bad header_sha256 of shard 2");
+    expect_refused("overlap", "\"length\": 0, \"offset\": 5", "\"length\": 1, \"offset\": 4", TZR_EFORMAT,
+                   "tensor 'b'", "overlaps");
+    expect_refused("gap", "\"length\": 5, \"shard\": 1", "\"length\": 4, \"shard\": 1", TZR_EFORMAT, "tensor 'b'",
+                   "gap in dim 1: [4, 5)");
+    expect_refused("slice past the extent", "\"length\": 0, \"offset\": 5", "\"length\": 1, \"offset\": 5",
+                   TZR_EFORMAT, "tensor 'b'", "passes its length 5");
+    expect_refused("shard out of range", "\"replicated\": [2, 0]", "\"replicated\": [3, 0]", TZR_EFORMAT,
+                   "tensor 'caf", "shard 3 out of range");
+    expect_refused("bad dtype", "\"<i8\"", "\"<q9\"", TZR_EFORMAT, "tensor 'b'", "bad dtype string");
+    expect_refused("trailing comma", "\"name\": \"b\"}", "\"name\": \"b\"},", TZR_EFORMAT, "line ", NULL);
+    expect_refused("text after the document", "\n ]\n}\n", "\n ]\n} x\n", TZR_EFORMAT, "line ", NULL);
+    expect_refused("raw control byte in a name", "\"name\": \"b\"", "\"name\": \"b\x01\"", TZR_EFORMAT, "line ", NULL);
+    expect_refused("version", "\"version\": 1", "\"version\": 2", TZR_EVERSION, "version 2", NULL);
+}
+
+/* The table's name index (built by the first find, kept by later adds):
+ * a writer refuses a repeated name, takes a name back when its dtype is
+ * refused, and a merge of many split tensors finds each in both shards. */
+static void many_names_merge(void) {
+    char prefix[1024];
+    snprintf(prefix, sizeof prefix, "%s/many", check_tmpdir());
+    enum { N = 700 };
+    uint64_t shape[1] = {2};
+    uint8_t data[4] = {1, 2, 3, 4};
+    for (int r = 0; r < 2; r++) {
+        tzr_shard_writer *w = NULL;
+        CHECK_OK(tzr_shard_writer_open(&w, prefix, r, 2, NULL));
+        if (!w) return;
+        for (int i = 0; i < N; i++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "t.%d", r ? N - 1 - i : i); /* shard 1 adds them backwards */
+            tzr_shard_tensor_desc d = {nm, strlen(nm), NULL, 0, TZR_DTYPE_I16, 1, shape, 0, (uint64_t)r, 1, NULL};
+            if (i == 5) {
+                tzr_shard_tensor_desc bad = d;
+                bad.dtype_str = "<q9";
+                bad.dtype_len = 3;
+                CHECK_RC(tzr_shard_writer_add(w, &bad, data), TZR_EINVAL); /* taken back ... */
+            }
+            CHECK_OK(tzr_shard_writer_add(w, &d, data + 2 * r));         /* ... so this is no repeat */
+            if (i == 7) CHECK_RC(tzr_shard_writer_add(w, &d, data), TZR_EDUP);
+        }
+        CHECK_OK(tzr_shard_writer_close(w));
+    }
+    CHECK_OK(tzr_shard_manifest_build(prefix, 2));
+    char m[1100];
+    snprintf(m, sizeof m, "%s" TZR_SHARD_MANIFEST_SUFFIX, prefix);
+    shard_table tb;
+    int side;
+    CHECK_OK(shard_json_read(m, NULL, &tb, &side));
+    CHECK(tb.n == N);
+    for (size_t i = 0; i < tb.n && i < N; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "t.%zu", i);
+        const shard_entry *e = &tb.t[i];
+        CHECKF(e->pub.name_len == strlen(nm) && memcmp(e->name, nm, strlen(nm)) == 0, "entry %zu is '%s'", i, e->name);
+        check_slices(e, (want_slice[]){{0, 0, 1, ANY_HSHA}, {1, 1, 1, ANY_HSHA}}, 2);
+        if (check_case_failed) break;
+    }
+    size_t idx = 0;
+    CHECK_OK(shard_table_find(&tb, "t.699", 5, &idx));
+    CHECK(idx == 699);
+    CHECK_RC(shard_table_find(&tb, "t.700", 5, &idx), TZR_ENOTFOUND);
+    shard_table_free(&tb);
+}
+
+int main(void) {
+    snprintf(mpath, sizeof mpath, "%s/m" TZR_SHARD_MANIFEST_SUFFIX, check_tmpdir());
+    RUN(same_table_both_paths);
+    RUN(malformed_same_errors);
+    RUN(many_names_merge);
+    return check_done();
+}
