@@ -159,6 +159,28 @@ def cuda_encrypted():
             same(d[k], want, k)
 
 
+def timed(fn, reps=3, release=False):
+    """Best of reps wall times of fn() with the device synchronized around
+    it; release: hand torch's cached device memory back after each."""
+    best = None
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        keep = fn()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+        del keep
+        if release:
+            torch.cuda.empty_cache()
+    return best
+
+
+def load_values(path, **kw):
+    with tzr.TensorDeserializer(path, **kw) as d:
+        return list(d.values())
+
+
 def bench(mib):
     """One LLM-shaped file (bf16, 32 layers of 7 tensors) onto the GPU."""
     path = os.path.join(TMP, "bench.tensors")
@@ -179,36 +201,19 @@ def bench(mib):
             pass
     rows = []
 
-    def timed(fn, reps=3):
-        best = None
-        for _ in range(reps):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            keep = fn()
-            torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            best = dt if best is None else min(best, dt)
-            del keep
-            torch.cuda.empty_cache()
-        return best
-
     pinned = torch.empty(total, dtype=torch.uint8).pin_memory()
-    floor = timed(lambda: pinned.to("cuda", non_blocking=True))
+    floor = timed(lambda: pinned.to("cuda", non_blocking=True), release=True)
     pageable = torch.empty(total, dtype=torch.uint8)
     pageable.fill_(1)
     rows.append(("torch pinned H2D copy (floor)", floor))
-    rows.append(("torch pageable H2D copy", timed(lambda: pageable.to("cuda"))))
+    rows.append(("torch pageable H2D copy", timed(lambda: pageable.to("cuda"), release=True)))
     del pinned, pageable
 
-    def load(**kw):
-        with tzr.TensorDeserializer(path, **kw) as d:
-            return list(d.values())
-
-    rows.append(("tzr TensorDeserializer cuda", timed(lambda: load(device="cuda"))))
-    rows.append(("tzr cuda, verify crc32", timed(lambda: load(device="cuda", verify_hash="crc32"))))
-    rows.append(("tzr cuda, verify full (sha256)", timed(lambda: load(device="cuda", verify_hash=True), 1)))
+    rows.append(("tzr TensorDeserializer cuda", timed(lambda: load_values(path, device="cuda"), release=True)))
+    rows.append(("tzr cuda, verify crc32", timed(lambda: load_values(path, device="cuda", verify_hash="crc32"), release=True)))
+    rows.append(("tzr cuda, verify full (sha256)", timed(lambda: load_values(path, device="cuda", verify_hash=True), 1, release=True)))
     rows.append(("tzr cpu, then .to(cuda)",
-                 timed(lambda: [t.to("cuda") for t in load(device="cpu")])))
+                 timed(lambda: [t.to("cuda") for t in load_values(path, device="cpu")], release=True)))
     print("--- Python onto the GPU: %.2f GiB file, warm page cache, best of 3 (sha256 once)" % (total / 2**30))
     print("%-34s %9s %9s %8s" % ("row", "s", "GB/s", "x floor"))
     for name, dt in rows:
@@ -222,26 +227,10 @@ def bench_small(n):
     with tzr.TensorSerializer(path) as s:
         s.write_state_dict({"e.%d" % i: torch.full((1024,), float(i % 251)) for i in range(n)})
 
-    def timed(fn, reps=3):
-        best = None
-        for _ in range(reps):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            keep = fn()
-            torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            best = dt if best is None else min(best, dt)
-            del keep
-        return best
-
-    def load(**kw):
-        with tzr.TensorDeserializer(path, **kw) as d:
-            return list(d.values())
-
     rows = [("torch.empty x %d on cuda (floor)" % n,
              timed(lambda: [torch.empty(1024, device="cuda") for _ in range(n)])),
-            ("tzr TensorDeserializer cuda", timed(lambda: load(device="cuda"))),
-            ("tzr TensorDeserializer cpu", timed(lambda: load(device="cpu")))]
+            ("tzr TensorDeserializer cuda", timed(lambda: load_values(path, device="cuda"))),
+            ("tzr TensorDeserializer cpu", timed(lambda: load_values(path, device="cpu")))]
     print("--- Python, %d x 4 KiB onto the GPU, warm page cache, best of 3" % n)
     for name, dt in rows:
         print("%-38s %9.3f s" % (name, dt))
