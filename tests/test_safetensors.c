@@ -716,6 +716,79 @@ static void reader_table_is_the_header(void) {
     free(b);
 }
 
+/* A header over the reader's first read (64 KiB) is read at open and kept:
+ * plain names point into it (their closing quote made a NUL), escaped ones
+ * are decoded copies. Every name must read back whole and NUL-terminated
+ * after the open, while another reader comes and goes, until the reader
+ * is freed (under ASan: no read of a freed header). A late syntax error
+ * sends the scan back to the tree parse, which must see the header as
+ * given: the same message as tzr_st_parse of the same bytes. */
+static void reader_names_in_header(void) {
+    static const char json[] =
+        "{\"a.weight\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+        "\"q\\\"uote\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[2,3]},"
+        "\"b.bias\":{\"dtype\":\"F16\",\"shape\":[1,2],\"data_offsets\":[3,7]},"
+        "\"e\\u0041sc\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[7,8]},"
+        "\"spaced\": { \"shape\": [ 4 ], \"dtype\": \"U8\", \"data_offsets\": [ 8, 12 ] },"
+        "\"zz\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[12,13]}}";
+    static const struct {
+        const char *name;
+        size_t len, off, nbytes;
+        uint32_t ndim;
+        uint64_t shape[2];
+    } want[] = {
+        {"a.weight", 8, 0, 2, 1, {2, 0}}, {"q\"uote", 6, 2, 1, 1, {1, 0}}, {"b.bias", 6, 3, 4, 2, {1, 2}},
+        {"eAsc", 4, 7, 1, 1, {1, 0}},     {"spaced", 6, 8, 4, 1, {4, 0}},  {"zz", 2, 12, 1, 0, {0, 0}},
+    };
+    const size_t hl = 70000; /* padded with spaces: past the first read */
+    size_t jl = strlen(json), len;
+    char *hdr = malloc(hl);
+    memset(hdr, ' ', hl);
+    memcpy(hdr, json, jl);
+    unsigned char *b = build(hl, hdr, hl, NULL, 13, &len);
+    tzr_source *src = NULL;
+    tzr_reader *r = NULL;
+    CHECK_OK(tzr_source_open_memory(&src, b, len, "inplace.st"));
+    CHECKF(tzr_reader_open_source(&r, src, NULL) == 0, "%s", tzr_last_error());
+    if (r) {
+        /* A second reader of the same bytes opened and freed first. */
+        tzr_source *src2 = NULL;
+        tzr_reader *r2 = NULL;
+        CHECK_OK(tzr_source_open_memory(&src2, b, len, "inplace2.st"));
+        CHECK_OK(tzr_reader_open_source(&r2, src2, NULL));
+        tzr_reader_free(r2);
+        CHECK(tzr_reader_count(r) == 6);
+        for (size_t i = 0; i < 6 && i < tzr_reader_count(r); i++) {
+            const tzr_tensor_info *t = tzr_reader_tensor(r, i);
+            int ok = t->name_len == want[i].len && memcmp(t->name, want[i].name, want[i].len + 1) == 0 &&
+                     t->data_offset == 8 + hl + want[i].off && t->nbytes == want[i].nbytes &&
+                     t->ndim == want[i].ndim;
+            for (uint32_t d = 0; ok && d < t->ndim; d++) ok = t->shape[d] == want[i].shape[d];
+            CHECKF(ok, "tensor %zu: '%s' (%zu bytes)", i, t->name, t->name_len);
+            size_t at = (size_t)-1;
+            CHECK(tzr_reader_find(r, want[i].name, want[i].len, &at) == 0 && at == i);
+        }
+        tzr_reader_free(r);
+    }
+    /* The same entries, then '}' where ',' or '}' belongs: ']'. */
+    hdr[jl - 1] = ']';
+    free(b);
+    b = build(hl, hdr, hl, NULL, 13, &len);
+    tzr_st_file *f = NULL;
+    int prc = tzr_st_parse(&f, b, len, "late.st");
+    char pmsg[600];
+    snprintf(pmsg, sizeof pmsg, "%s", tzr_last_error());
+    CHECK(prc == TZR_EFORMAT && strstr(pmsg, "invalid near byte"));
+    r = NULL;
+    CHECK_OK(tzr_source_open_memory(&src, b, len, "late.st"));
+    int rc = tzr_reader_open_source(&r, src, NULL);
+    CHECKF(rc == prc && strcmp(tzr_last_error(), pmsg) == 0, "reader: %d '%s'; parse: %d '%s'", rc,
+           tzr_last_error(), prc, pmsg);
+    CHECK(r == NULL);
+    free(b);
+    free(hdr);
+}
+
 /* Every corrupt header fails through the reader as it fails tzr_st_parse
  * (same code; the checks across entries, now made by the reader, in the
  * same words), also when the JSON order is not the file order. */
@@ -1104,6 +1177,7 @@ int main(void) {
     RUN(reader_mixed_dtypes);
     RUN(reader_table_is_the_header);
     RUN(reader_refuses_as_parse);
+    RUN(reader_names_in_header);
     RUN(writer_rejects);
     RUN(writer_put_rules);
     RUN(writer_many_puts);

@@ -926,6 +926,7 @@ void tzr_reader_free(tzr_reader *r) {
     TZR_KEEP_ERROR;
     if (!r) return;
     tzr_arena_free(&r->strings);
+    free(r->st_json);
     tzr_arena_free(&r->headers);
     tzr_unmap_zeroed(r->t, r->t_cap, sizeof *r->t);
     free(r->dims);

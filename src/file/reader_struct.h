@@ -68,6 +68,7 @@ struct tzr_reader {
     uint64_t total_nbytes, total_stored;
     size_t total_empty;
     tzr_tensor_header st_header; /* what every tensor's header reads as then */
+    uint8_t *st_json;       /* its header when read at open: names point into it */
 };
 
 /* Fill r (source, options set) from a safetensors file whose first
