@@ -75,11 +75,25 @@ def _bytes_view(untyped):
 
 
 # ------------------------------------------------------------------ pickling
+def _wrap_subclass_hook(cls, name, wrap):
+    """torch 2 subclasses the pickle module's (Un)Pickler and defines the
+    hook as a method (torch 1.13 assigns it on the instance): wrap it there."""
+    theirs = cls.__dict__.get(name)
+    if callable(theirs):
+        def hook(self, arg):
+            return wrap(self, lambda a: theirs(self, a))(arg)
+        setattr(cls, name, hook)
+
+
 class _Pickler(pickle.Pickler):
-    """torch.save's pickler with storages sent to the sidecar. torch sets
-    `persistent_id` on the instance; that assignment is wrapped so storages
-    are ours first (nothing is defined on the class, so the C pickler's own
-    slot is what gets set)."""
+    """torch.save's pickler with storages sent to the sidecar. torch 1.13
+    sets `persistent_id` on the instance, torch 2 defines it in a subclass;
+    either way it is wrapped so storages are ours first (nothing is defined
+    on this class, so an assignment sets the C pickler's own slot)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _wrap_subclass_hook(cls, "persistent_id", _Pickler._tzr_wrap)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -133,7 +147,12 @@ class _Pickler(pickle.Pickler):
 
 class _Unpickler(pickle.Unpickler):
     """torch.load's unpickler with the sidecar's storages: torch's own
-    persistent_load, set on the instance, is wrapped the same way."""
+    persistent_load, set on the instance or defined in a subclass, is
+    wrapped the same way."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _wrap_subclass_hook(cls, "persistent_load", _Unpickler._tzr_wrap)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -718,6 +718,48 @@ def torch_compat_round_trip():
 
 
 @case
+def torch_compat_subclassed_pickler():
+    # torch 2's torch.save subclasses the pickle module's Pickler and defines
+    # persistent_id there (torch 1.13 assigns it on the instance, which the
+    # case above covers); storages must still go to the sidecar first, and
+    # everything else to torch's hook. The same for persistent_load.
+    seen = []
+
+    class Torch2Pickler(torch_compat._PICKLE.Pickler):
+        def persistent_id(self, obj):
+            seen.append(type(obj).__name__)
+            return ("theirs", 7) if obj == "marked" else None
+
+    x = torch.arange(6, dtype=torch.float32)
+    side = tmp("subclassed.tensors")
+    buf = io.BytesIO()
+    token = torch_compat._sidecar.set(side)
+    try:
+        Torch2Pickler(buf, protocol=2).dump({"s": x.storage(), "m": "marked"})
+    finally:
+        torch_compat._sidecar.reset(token)
+    assert "str" in seen and not any("Storage" in n for n in seen), seen
+    d = tzr.TensorDeserializer(side, device="cpu")
+    assert [raw(t) for t in d.values()] == [raw(x)]
+    d.close()
+    loaded = []
+
+    class Torch2Unpickler(torch_compat._PICKLE.Unpickler):
+        def persistent_load(self, pid):
+            loaded.append(pid)
+            return "marked"
+
+    buf.seek(0)
+    token = torch_compat._sidecar.set(side)
+    try:
+        o = Torch2Unpickler(buf).load()
+    finally:
+        torch_compat._sidecar.reset(token)
+    assert loaded == [("theirs", 7)] and o["m"] == "marked", loaded
+    assert torch.equal(torch.tensor([], dtype=torch.float32).set_(o["s"]), x)
+
+
+@case
 def torch_compat_only_this_thread():
     # Another thread's torch.save during a saving context is plain torch.
     x = torch.ones(4)
