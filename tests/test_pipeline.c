@@ -11,9 +11,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include "check.h"
 #include "fake_sink.h"
 #include "gen.h"
+#include "thread.h"
 #include "tzr_load.h"
 
 static const uint8_t KEY[32] = {7, 7, 7, 7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
@@ -156,6 +159,60 @@ static void fake_async_sink(void) {
             }
 }
 
+
+/* The library's threads leave asynchronous signals to the application's:
+ * a SIGTERM sent to the process must not land in a worker (Python, for
+ * one, runs its handler only when its main thread learns of it). */
+static int (*plain_submit)(tzr_sink *, int, size_t, uint64_t, const void *, size_t);
+static atomic_size_t submits_seen, submits_open_to_signals;
+static pthread_t loading_thread; /* the caller's: its mask is the caller's business */
+
+static int async_signal_open(void) {
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    return !sigismember(&cur, SIGTERM) || !sigismember(&cur, SIGINT) || !sigismember(&cur, SIGHUP);
+}
+
+static int submit_checking_mask(tzr_sink *s, int slot, size_t index, uint64_t off, const void *src, size_t len) {
+    if (pthread_equal(pthread_self(), loading_thread)) return plain_submit(s, slot, index, off, src, len);
+    atomic_fetch_add(&submits_seen, 1);
+    if (async_signal_open()) atomic_fetch_add(&submits_open_to_signals, 1);
+    return plain_submit(s, slot, index, off, src, len);
+}
+
+static void *report_mask(void *arg) {
+    *(int *)arg = async_signal_open() ? 1 : 2;
+    return NULL;
+}
+
+static void workers_leave_signals_alone(void) {
+    sigset_t before, after;
+    pthread_sigmask(SIG_BLOCK, NULL, &before);
+    CHECK(!sigismember(&before, SIGTERM)); /* else the checks below prove nothing */
+    int seen = 0;
+    pthread_t t;
+    CHECK(tzr_thread_start(&t, report_mask, &seen) == 0);
+    pthread_join(t, NULL);
+    CHECK(seen == 2);
+    pthread_sigmask(SIG_BLOCK, NULL, &after);
+    CHECK(!sigismember(&after, SIGTERM) && !sigismember(&after, SIGINT)); /* the caller's mask is back */
+
+    tzr_reader *r = open_r(plain_path, NULL, 0);
+    if (!r) return;
+    fake_sink *f = fake_sink_new(tzr_reader_count(r));
+    plain_submit = f->base.submit;
+    loading_thread = pthread_self();
+    f->base.submit = submit_checking_mask;
+    tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+    o.chunk_bytes = 65536;
+    o.ring_bytes = 3 * o.chunk_bytes;
+    o.threads = 2;
+    CHECK_OK(tzr_load(r, &f->base, &o, NULL));
+    CHECK(atomic_load(&submits_seen) > 0);
+    CHECK(atomic_load(&submits_open_to_signals) == 0);
+    tzr_sink_free(&f->base);
+    tzr_reader_free(r);
+}
 
 /* Progress: never backwards, never past the total, and at the total at the end. */
 typedef struct prog {
@@ -1059,6 +1116,7 @@ int main(void) {
     RUN(host_load_variants);
     RUN(encrypted_load);
     RUN(fake_async_sink);
+    RUN(workers_leave_signals_alone);
     RUN(crc32_level_loads);
     RUN(packed_reads);
     RUN(read_errors);

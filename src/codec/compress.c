@@ -3,6 +3,7 @@
  * independent so the pipeline can decompress them in parallel and in any
  * order; the byte-plane split puts the low-entropy high bytes (sign and
  * exponent) of 2- and 4-byte floats together, which is what compresses. */
+#include "thread.h"
 #include "compress.h"
 #include "codec.h"
 
@@ -168,7 +169,7 @@ int tzr_zcompress(int codec, const uint8_t *data, uint64_t len, unsigned planes,
     pthread_t th[64];
     int started = 0;
     for (; started < threads - 1; started++)
-        if (pthread_create(&th[started], NULL, zworker, &j) != 0) break;
+        if (tzr_thread_start(&th[started], zworker, &j) != 0) break;
     zworker(&j);
     for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
     if (atomic_load(&j.failed)) {

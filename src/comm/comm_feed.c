@@ -1,6 +1,7 @@
 /* See comm_feed.h. The pipeline reports tensors as they complete (in
  * index order, from its worker threads); the feed turns that into the
  * length of the complete prefix of its byte range. */
+#include "thread.h"
 #include "comm_feed.h"
 
 #include <pthread.h>
@@ -130,7 +131,7 @@ int comm_feed_start(comm_feed **out, tzr_reader *r, const comm_layout *L, tzr_si
         else f->done[k - k0] = 1; /* nothing to wait for */
     }
     advance(f);
-    if (pthread_create(&f->th, NULL, run, f) != 0) {
+    if (tzr_thread_start(&f->th, run, f) != 0) {
         feed_free(f);
         return tzr_fail(TZR_ENOMEM, "cannot start the reading thread");
     }

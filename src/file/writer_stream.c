@@ -9,6 +9,7 @@
  * so one tensor's hashing overlaps another's I/O, and host memory is the
  * workers' buffers whatever the model size. tzr_writer_add_borrowed
  * queues the caller's memory the same way, with no copy. */
+#include "thread.h"
 #include "writer_internal.h"
 
 #include <stdio.h>
@@ -101,7 +102,7 @@ static int start_workers(tzr_writer *w) {
     pthread_cond_init(&w->jwork, NULL);
     pthread_cond_init(&w->jroom, NULL);
     for (; w->nworkers < n; w->nworkers++)
-        if (pthread_create(&w->workers[w->nworkers], NULL, worker, w) != 0) break;
+        if (tzr_thread_start(&w->workers[w->nworkers], worker, w) != 0) break;
     if (w->nworkers == 0) {
         free(w->workers);
         w->workers = NULL;

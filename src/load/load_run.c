@@ -2,6 +2,7 @@
  * the slot, read, decrypt, expand, hash in order, deliver, fence), the
  * phase-1 header workers, and the bookkeeping of errors, bad tensors and
  * completions. */
+#include "thread.h"
 #include "mem.h"
 #include "pipeline.h"
 
@@ -638,7 +639,7 @@ int load_run_threads(pipeline *p, int nthreads, void *(*fn)(void *), void (*besi
     int started = 0;
     atomic_store(&p->next_unit, 0);
     for (; started < nthreads; started++)
-        if (pthread_create(&th[started], NULL, fn, p) != 0) break;
+        if (tzr_thread_start(&th[started], fn, p) != 0) break;
     if (beside) beside(p);
     if (started == 0) fn(p);
     for (int k = 0; k < started; k++) pthread_join(th[k], NULL);

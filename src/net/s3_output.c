@@ -17,6 +17,7 @@
  * atomically). An output smaller than one part is sent as one PUT at
  * finish. abort: AbortMultipartUpload; nothing becomes visible. PUT
  * bodies are signed over http:// and UNSIGNED-PAYLOAD over https://. */
+#include "thread.h"
 #include "http_internal.h"
 
 #include <ctype.h>
@@ -189,7 +190,7 @@ static int start_upload(s3_out *o, part *p) {
     p->state = 1;
     p->len = part_len(o, p->index); /* full, but the tail at finish */
     o->inflight++;
-    if (pthread_create(&p->th, NULL, upload_thread, p) != 0) {
+    if (tzr_thread_start(&p->th, upload_thread, p) != 0) {
         o->inflight--;
         p->state = 0;
         return tzr_fail(TZR_ENOMEM, "%s: cannot start an upload thread", o->name);

@@ -14,6 +14,7 @@
  * the set. Verified loads read whole shard tensors (their hashes cover
  * them whole); whole global tensors loaded into host memory are also
  * checked against the manifest sha256. */
+#include "thread.h"
 #include "hash.h"
 #include "mem.h"
 #include "reader_internal.h"
@@ -529,7 +530,7 @@ static int check_manifest_sha(const tzr_shard_set *s, const tzr_shard_result *re
     int nth = bytes < ((uint64_t)64 << 20) ? 0 : cpus > 8 ? 8 : cpus > 1 ? (int)cpus : 0, started = 0;
     pthread_t th[8];
     for (; started < nth; started++)
-        if (pthread_create(&th[started], NULL, sha_worker, &j) != 0) break;
+        if (tzr_thread_start(&th[started], sha_worker, &j) != 0) break;
     if (!started) sha_worker(&j);
     for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
     free(todo);
