@@ -191,6 +191,12 @@ static void same_table_both_paths(void) {
                 "    \"0\": \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"}");
     expect_table("header keys out of order", t, SHARD_RETRY);
     free(t);
+    /* An empty header key: the tree ignores it (no shard is named ""); the
+     * scan leaves it to jansson rather than read a shard number from it. */
+    t = replace(BASE, "\"header_sha256\": {\"0\"",
+                "\"header_sha256\": {\"\": \"ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff\", \"0\"");
+    expect_table("empty header key", t, SHARD_RETRY);
+    free(t);
     t = replace(BASE, "\"shard_count\": 3", "\"shard_count\": 3, \"s\\u0068ard_count\": 3");
     expect_table("repeated top-level member", t, SHARD_RETRY);
     free(t);
@@ -236,6 +242,16 @@ static void malformed_same_errors(void) {
                    "tensor 'caf", "slice 1 is malformed");
     expect_refused("sha256 not hex", "0123456789abcdef0123", "0123456789abcdefg123", TZR_EFORMAT, "tensor 'caf",
                    "bad sha256");
+    /* next to the hex digits' ranges: '/' ':' '@' 'G' '`' 'g' */
+    expect_refused("sha256 ':'", "0123456789abcdef0123", "0123456789abcdef:123", TZR_EFORMAT, "tensor 'caf",
+                   "bad sha256");
+    expect_refused("sha256 '`'", "456789abcdef\"}", "456789abcde`\"}", TZR_EFORMAT, "tensor 'caf", "bad sha256");
+    expect_refused("header sha '@'", "\"2\": \"FFEE", "\"2\": \"F@EE", TZR_EFORMAT, "tensor 'w.q'",
+                   "bad header_sha256 of shard 2");
+    expect_refused("header sha 'G'", "\"0\": \"0011", "\"0\": \"00G1", TZR_EFORMAT, "tensor 'w.q'",
+                   "bad header_sha256 of shard 0");
+    expect_refused("header sha '/'", "ccddeeff\",\n", "ccddee/f\",\n", TZR_EFORMAT, "tensor 'w.q'",
+                   "bad header_sha256 of shard 0");
     expect_refused("sha256 short", "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"",
                    "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\"", TZR_EFORMAT, "tensor 'caf",
                    "bad sha256");
