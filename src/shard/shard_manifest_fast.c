@@ -12,7 +12,10 @@
 #include "shard_internal.h"
 
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 static int key_is(const uint8_t *k, size_t kl, const char *want) {
     return kl == strlen(want) && memcmp(k, want, kl) == 0;
@@ -224,6 +227,85 @@ static int add_entry(shard_table *tb, fast_entry *f) {
     return 0;
 }
 
+/* The second half of a long entry list, read on another thread while
+ * this one reads the first (the scan of a 100k-tensor manifest was half of
+ * its open). It starts at a '{' after the middle that follows "}," and
+ * reads as an entry. Such a place may still lie inside one (a slice, a
+ * name): its entries are taken only if the first half ends exactly where
+ * they begin, and from an entry's start the rest of the list reads the
+ * same whoever reads it. */
+size_t shard_scan_split_min = (size_t)1 << 20;
+
+typedef struct half {
+    const uint8_t *p;
+    size_t n, from;      /* where to look for its first entry */
+    shard_table tb;      /* its entries (arena and array of its own) */
+    atomic_size_t start; /* 0: looking; SIZE_MAX: none; else its first entry's '{' */
+    atomic_int stop;     /* the first half went past start, or ended */
+    size_t end;          /* past the list's ']', or 0 */
+} half;
+
+/* The entries of p[i] (an entry's '{') to the list's end into tb; index
+ * past its ']', 0 for anything else, or (size_t)-1 with *rc set. With h,
+ * stops where h's entries start (*met = 1) unless h went past; with
+ * stop, gives up when it is set. */
+static size_t entries(const uint8_t *p, size_t n, size_t i, shard_table *tb, fast_entry *f, int *rc, half *h,
+                      int *met, atomic_int *stop) {
+    for (;;) {
+        if (h && i >= h->from) {
+            size_t s = atomic_load_explicit(&h->start, memory_order_acquire);
+            if (s == i) return *met = 1, i;
+            if (s == SIZE_MAX || (s && s < i)) { /* none, or past it: on alone */
+                atomic_store(&h->stop, 1);
+                h = NULL;
+            }
+        }
+        if (stop && atomic_load_explicit(stop, memory_order_relaxed)) return 0;
+        if (!(i = fast_entry_parse(p, n, i, f))) return 0;
+        if ((*rc = add_entry(tb, f))) return (size_t)-1;
+        i = tzr_js_skip_ws(p, n, i);
+        if (i < n && p[i] == ']') return i + 1;
+        if (i >= n || p[i] != ',') return 0;
+        i = tzr_js_skip_ws(p, n, i + 1);
+    }
+}
+
+static void *half_worker(void *arg) {
+    half *h = arg;
+    const uint8_t *p = h->p;
+    size_t n = h->n, i = h->from, s = SIZE_MAX;
+    fast_entry *f = calloc(1, sizeof *f);
+    int rc = 0, met = 0;
+    if (!f || shard_table_reserve(&h->tb, (n - i) / 50 + 1)) goto out;
+    /* At most a few tries: the first "}," and '{' after the middle is
+     * an entry's start unless the text is unusual. */
+    for (int tries = 0; tries < 64 && i < n; tries++) {
+        const uint8_t *c = memchr(p + i, '}', n - i);
+        if (!c) break;
+        size_t j = tzr_js_skip_ws(p, n, (size_t)(c - p) + 1);
+        i = (size_t)(c - p) + 1;
+        if (j >= n || p[j] != ',') continue;
+        j = tzr_js_skip_ws(p, n, j + 1);
+        if (j >= n || p[j] != '{') continue;
+        size_t e = fast_entry_parse(p, n, j, f);
+        if (!e) continue;
+        s = j;
+        if (add_entry(&h->tb, f)) goto out;
+        atomic_store_explicit(&h->start, s, memory_order_release);
+        e = tzr_js_skip_ws(p, n, e);
+        if (e < n && p[e] == ']') h->end = e + 1;
+        else if (e < n && p[e] == ',')
+            h->end = entries(p, n, tzr_js_skip_ws(p, n, e + 1), &h->tb, f, &rc, NULL, &met, &h->stop);
+        if (h->end == (size_t)-1) h->end = 0;
+        break;
+    }
+out:
+    if (!atomic_load(&h->start)) atomic_store_explicit(&h->start, SIZE_MAX, memory_order_release);
+    if (f) free(f->sl), free(f->hs);
+    free(f);
+    return NULL;
+}
+
 /* "tensors": [entry, ...] at p[i]; index past it, 0 to retry, or
  * (size_t)-1 with *rc set. */
 static size_t fast_tensors(const uint8_t *p, size_t n, size_t i, shard_table *tb, int *rc) {
@@ -238,22 +320,36 @@ static size_t fast_tensors(const uint8_t *p, size_t n, size_t i, shard_table *tb
         i++;
         goto out;
     }
-    for (;;) {
-        if (!(i = fast_entry_parse(p, n, i, f))) goto out;
-        if ((*rc = add_entry(tb, f))) {
+    /* Long lists (~2,500 entries and up) in two halves when there is a
+     * second core. */
+    half *h = NULL;
+    pthread_t th;
+    size_t min = shard_scan_split_min;
+    if (n - i >= min && (min == 0 || sysconf(_SC_NPROCESSORS_ONLN) > 1) && (h = calloc(1, sizeof *h))) {
+        h->p = p;
+        h->n = n;
+        h->from = i + (n - i) / 2;
+        if (pthread_create(&th, NULL, half_worker, h)) free(h), h = NULL;
+    }
+    int met = 0;
+    i = entries(p, n, i, tb, f, rc, h, &met, NULL);
+    if (h) {
+        if (!met) atomic_store(&h->stop, 1); /* its entries are not needed */
+        pthread_join(th, NULL);
+        if (met && h->end && !(*rc = shard_table_reserve(tb, tb->n + h->tb.n))) {
+            /* Its entries after ours (no name index yet: none to update). */
+            memcpy(tb->t + tb->n, h->tb.t, h->tb.n * sizeof *tb->t);
+            tb->n += h->tb.n;
+            tzr_arena_adopt(&tb->arena, &h->tb.arena);
+            i = h->end;
+        } else if (*rc) {
             i = (size_t)-1;
-            goto out;
+        } else if (met) {
+            /* It failed, or gave up: from here on alone. */
+            i = entries(p, n, i, tb, f, rc, NULL, &met, NULL);
         }
-        i = tzr_js_skip_ws(p, n, i);
-        if (i < n && p[i] == ']') {
-            i++;
-            break;
-        }
-        if (i >= n || p[i] != ',') {
-            i = 0;
-            break;
-        }
-        i = tzr_js_skip_ws(p, n, i + 1);
+        shard_table_free(&h->tb);
+        free(h);
     }
 out:
     free(f->sl);
