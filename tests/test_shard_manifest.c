@@ -13,6 +13,7 @@
 #include "check.h"
 #include "shard_internal.h"
 #include "tzr_shard.h"
+#include "tzr_load.h"
 
 #include <jansson.h>
 
@@ -327,6 +328,57 @@ static void many_names_merge(void) {
     shard_table_free(&tb);
 }
 
+/* The open finds each slice's tensor in its shard by trying the one after
+ * the last found first: a shard that holds them in another order (here
+ * shard 1 swaps each pair) must still map every slice to its own tensor,
+ * and a load must deliver each tensor's own bytes. */
+static void shard_order_differs(void) {
+    char prefix[1024];
+    snprintf(prefix, sizeof prefix, "%s/order", check_tmpdir());
+    enum { N = 41 };
+    uint64_t shape[1] = {2};
+    for (int r = 0; r < 2; r++) {
+        tzr_shard_writer *w = NULL;
+        CHECK_OK(tzr_shard_writer_open(&w, prefix, r, 2, NULL));
+        if (!w) return;
+        for (int q = 0; q < N; q++) {
+            int i = r == 1 && (q ^ 1) < N ? q ^ 1 : q;
+            char nm[32];
+            snprintf(nm, sizeof nm, "t.%d", i);
+            int16_t v = (int16_t)(100 * i + r);
+            tzr_shard_tensor_desc d = {nm, strlen(nm), NULL, 0, TZR_DTYPE_I16, 1, shape, 0, (uint64_t)r, 1, NULL};
+            CHECK_OK(tzr_shard_writer_add(w, &d, &v));
+        }
+        CHECK_OK(tzr_shard_writer_close(w));
+    }
+    CHECK_OK(tzr_shard_manifest_build(prefix, 2));
+    char m[1100];
+    snprintf(m, sizeof m, "%s" TZR_SHARD_MANIFEST_SUFFIX, prefix);
+    tzr_shard_set *s = NULL;
+    CHECK_OK(tzr_shard_open(&s, m, NULL));
+    if (!s) return;
+    CHECK(s->tb.n == N);
+    for (size_t i = 0; i < s->tb.n; i++) {
+        const shard_entry *e = &s->tb.t[i];
+        for (size_t q = 0; q < e->nslices; q++) {
+            const tzr_tensor_info *t = tzr_reader_tensor(s->readers[e->slices[q].shard], e->slices[q].local);
+            CHECKF(t && t->name_len == e->pub.name_len && memcmp(t->name, e->name, t->name_len) == 0,
+                   "'%s' slice %zu maps to '%s'", e->name, q, t ? t->name : "(none)");
+        }
+    }
+    tzr_shard_result *res = NULL;
+    CHECK_OK(tzr_shard_load_rank(s, 0, 1, NULL, &res));
+    for (size_t i = 0; res && i < res->count && i < N; i++) {
+        int16_t got[2];
+        CHECK(res->pieces[i].nbytes == 4);
+        memcpy(got, res->pieces[i].data, 4);
+        CHECKF(got[0] == (int16_t)(100 * i) && got[1] == (int16_t)(100 * i + 1), "t.%zu holds %d %d", i, got[0],
+               got[1]);
+    }
+    tzr_shard_result_free(res);
+    tzr_shard_close(s);
+}
+
 /* ---- long lists, read in two halves on two threads ---- */
 
 typedef struct sbuf {
@@ -470,6 +522,7 @@ int main(void) {
     RUN(same_table_both_paths);
     RUN(malformed_same_errors);
     RUN(many_names_merge);
+    RUN(shard_order_differs);
     RUN(long_lists_in_halves);
     RUN(small_lists_in_halves);
     return check_done();
