@@ -447,6 +447,31 @@ static void bad_manifests(void) {
     expect_refused(d, TZR_EFORMAT, "model.tzr-index.json", NULL);
 }
 
+/* The shard files are checked on several threads: with several of them
+ * broken, every open reports the lowest broken one (as a one-by-one open
+ * does), with its own message, whichever thread met it. */
+static void first_broken_shard_reported(void) {
+    char d[256], f[1024];
+    if (copy_set("bad_several", d, sizeof d)) return check_fail("cp failed");
+    for (int k = 3; k <= 6; k++) { /* 3..6 grown by a byte */
+        char name[64];
+        snprintf(name, sizeof name, "model-rank-%05d-of-00008.tensors", k);
+        path_in(f, sizeof f, d, name);
+        FILE *fp = fopen(f, "ab");
+        if (!fp) return check_fail("open %s", f);
+        fputc(0, fp);
+        fclose(fp);
+    }
+    path_in(f, sizeof f, d, "model-rank-00007-of-00008.tensors");
+    unlink(f); /* and 7 missing */
+    for (int round = 0; round < 20 && !check_case_failed; round++)
+        expect_refused(d, TZR_EFORMAT, "shard 3 of 8: ", "bytes but the manifest says");
+    path_in(f, sizeof f, d, "model-rank-00001-of-00008.tensors");
+    unlink(f); /* now 1 missing first: its code too */
+    for (int round = 0; round < 20 && !check_case_failed; round++)
+        expect_refused(d, TZR_EIO, "shard 1 of 8: ", "is missing");
+}
+
 /* A flipped data byte in a shard: hash mismatch naming the tensor. */
 static void corrupt_shard_data(void) {
     char d[256], f[1024];
@@ -714,6 +739,7 @@ int main(void) {
     RUN(writer_api);
     RUN(build_rejects);
     RUN(bad_manifests);
+    RUN(first_broken_shard_reported);
     RUN(corrupt_shard_data);
     RUN(replaced_shard);
     RUN(split_no_replace_manifest);

@@ -4,6 +4,8 @@
  * here are written out by hand and every expected value is spelled out
  * below, not taken from the reader; which path a text takes is checked
  * with shard_manifest_scan itself. */
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "check.h"
 #include "shard_internal.h"
 #include "tzr_shard.h"
+#include "tzr_load.h"
 
 #include <jansson.h>
 
@@ -191,6 +194,12 @@ static void same_table_both_paths(void) {
                 "    \"0\": \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"}");
     expect_table("header keys out of order", t, SHARD_RETRY);
     free(t);
+    /* An empty header key: the tree ignores it (no shard is named ""); the
+     * scan leaves it to jansson rather than read a shard number from it. */
+    t = replace(BASE, "\"header_sha256\": {\"0\"",
+                "\"header_sha256\": {\"\": \"ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff\", \"0\"");
+    expect_table("empty header key", t, SHARD_RETRY);
+    free(t);
     t = replace(BASE, "\"shard_count\": 3", "\"shard_count\": 3, \"s\\u0068ard_count\": 3");
     expect_table("repeated top-level member", t, SHARD_RETRY);
     free(t);
@@ -236,6 +245,16 @@ static void malformed_same_errors(void) {
                    "tensor 'caf", "slice 1 is malformed");
     expect_refused("sha256 not hex", "0123456789abcdef0123", "0123456789abcdefg123", TZR_EFORMAT, "tensor 'caf",
                    "bad sha256");
+    /* next to the hex digits' ranges: '/' ':' '@' 'G' '`' 'g' */
+    expect_refused("sha256 ':'", "0123456789abcdef0123", "0123456789abcdef:123", TZR_EFORMAT, "tensor 'caf",
+                   "bad sha256");
+    expect_refused("sha256 '`'", "456789abcdef\"}", "456789abcde`\"}", TZR_EFORMAT, "tensor 'caf", "bad sha256");
+    expect_refused("header sha '@'", "\"2\": \"FFEE", "\"2\": \"F@EE", TZR_EFORMAT, "tensor 'w.q'",
+                   "bad header_sha256 of shard 2");
+    expect_refused("header sha 'G'", "\"0\": \"0011", "\"0\": \"00G1", TZR_EFORMAT, "tensor 'w.q'",
+                   "bad header_sha256 of shard 0");
+    expect_refused("header sha '/'", "ccddeeff\",\n", "ccddee/f\",\n", TZR_EFORMAT, "tensor 'w.q'",
+                   "bad header_sha256 of shard 0");
     expect_refused("sha256 short", "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"",
                    "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\"", TZR_EFORMAT, "tensor 'caf",
                    "bad sha256");
@@ -309,10 +328,202 @@ static void many_names_merge(void) {
     shard_table_free(&tb);
 }
 
+/* The open finds each slice's tensor in its shard by trying the one after
+ * the last found first: a shard that holds them in another order (here
+ * shard 1 swaps each pair) must still map every slice to its own tensor,
+ * and a load must deliver each tensor's own bytes. */
+static void shard_order_differs(void) {
+    char prefix[1024];
+    snprintf(prefix, sizeof prefix, "%s/order", check_tmpdir());
+    enum { N = 41 };
+    uint64_t shape[1] = {2};
+    for (int r = 0; r < 2; r++) {
+        tzr_shard_writer *w = NULL;
+        CHECK_OK(tzr_shard_writer_open(&w, prefix, r, 2, NULL));
+        if (!w) return;
+        for (int q = 0; q < N; q++) {
+            int i = r == 1 && (q ^ 1) < N ? q ^ 1 : q;
+            char nm[32];
+            snprintf(nm, sizeof nm, "t.%d", i);
+            int16_t v = (int16_t)(100 * i + r);
+            tzr_shard_tensor_desc d = {nm, strlen(nm), NULL, 0, TZR_DTYPE_I16, 1, shape, 0, (uint64_t)r, 1, NULL};
+            CHECK_OK(tzr_shard_writer_add(w, &d, &v));
+        }
+        CHECK_OK(tzr_shard_writer_close(w));
+    }
+    CHECK_OK(tzr_shard_manifest_build(prefix, 2));
+    char m[1100];
+    snprintf(m, sizeof m, "%s" TZR_SHARD_MANIFEST_SUFFIX, prefix);
+    tzr_shard_set *s = NULL;
+    CHECK_OK(tzr_shard_open(&s, m, NULL));
+    if (!s) return;
+    CHECK(s->tb.n == N);
+    for (size_t i = 0; i < s->tb.n; i++) {
+        const shard_entry *e = &s->tb.t[i];
+        for (size_t q = 0; q < e->nslices; q++) {
+            const tzr_tensor_info *t = tzr_reader_tensor(s->readers[e->slices[q].shard], e->slices[q].local);
+            CHECKF(t && t->name_len == e->pub.name_len && memcmp(t->name, e->name, t->name_len) == 0,
+                   "'%s' slice %zu maps to '%s'", e->name, q, t ? t->name : "(none)");
+        }
+    }
+    tzr_shard_result *res = NULL;
+    CHECK_OK(tzr_shard_load_rank(s, 0, 1, NULL, &res));
+    for (size_t i = 0; res && i < res->count && i < N; i++) {
+        int16_t got[2];
+        CHECK(res->pieces[i].nbytes == 4);
+        memcpy(got, res->pieces[i].data, 4);
+        CHECKF(got[0] == (int16_t)(100 * i) && got[1] == (int16_t)(100 * i + 1), "t.%zu holds %d %d", i, got[0],
+               got[1]);
+    }
+    tzr_shard_result_free(res);
+    tzr_shard_close(s);
+}
+
+/* ---- long lists, read in two halves on two threads ---- */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        if ((size_t)k < b->cap - b->n) {
+            b->n += (size_t)k;
+            return;
+        }
+        b->cap = 2 * b->cap + (size_t)k + 1;
+        b->p = realloc(b->p, b->cap);
+    }
+}
+
+enum { BIG_N = 12000 };
+static uint8_t big_sha(size_t i, int k) { return (uint8_t)(i * 31 + (size_t)k * 7); }
+
+/* Entry i of the generated list: even ones replicated on both shards with a
+ * sha256, odd ones cut along dim 0 (i % 5 + 1 rows on shard 0, 3 on shard
+ * 1) in a bfloat16 dtype with its escape; extra: text put in entry `at`
+ * (a member, e.g. one whose value holds entry-like objects). */
+static char *big_manifest(size_t at, const char *extra) {
+    sbuf b = {malloc(1 << 16), 0, 1 << 16};
+    put(&b, "{\n \"format\": \"tzr-shards\",\n \"version\": 1,\n \"shard_count\": 2,\n"
+            " \"shards\": [{\"index\": 0, \"file\": \"a.tensors\", \"size\": 1},"
+            " {\"index\": 1, \"file\": \"b.tensors\", \"size\": 2}],\n \"tensors\": [\n");
+    for (size_t i = 0; i < BIG_N; i++) {
+        put(&b, "  {\n   \"name\": \"t.%zu\",\n", i);
+        if (i == at) put(&b, "   %s,\n", extra);
+        if (i % 2 == 0) {
+            put(&b, "   \"dtype\": \"<f4\",\n   \"shape\": [%zu, 2],\n   \"replicated\": [0, 1],\n   \"sha256\": \"", i % 7);
+            for (int k = 0; k < 32; k++) put(&b, "%02x", big_sha(i, k));
+            put(&b, "\"\n  }");
+        } else {
+            put(&b, "   \"dtype\": \"<V2\\u0000torch.bfloat16\",\n   \"shape\": [%zu],\n   \"slices\": [\n"
+                    "    {\"shard\": 0, \"dim\": 0, \"offset\": 0, \"length\": %zu},\n"
+                    "    {\"shard\": 1, \"dim\": 0, \"offset\": %zu, \"length\": 3}\n   ]\n  }",
+                i % 5 + 4, i % 5 + 1, i % 5 + 1);
+        }
+        put(&b, i + 1 < BIG_N ? ",\n" : "\n");
+    }
+    put(&b, " ]\n}\n");
+    return b.p;
+}
+
+static void check_big(const shard_table *tb) {
+    CHECKF(tb->n == BIG_N, "%zu entries", tb->n);
+    for (size_t i = 0; i < tb->n && i < BIG_N && !check_case_failed; i++) {
+        const shard_entry *e = &tb->t[i];
+        char nm[32];
+        snprintf(nm, sizeof nm, "t.%zu", i);
+        CHECKF(e->pub.name_len == strlen(nm) && strcmp(e->name, nm) == 0, "entry %zu is '%s'", i, e->name);
+        if (i % 2 == 0) {
+            CHECK(e->pub.dtype == TZR_DTYPE_F32 && e->pub.ndim == 2 && e->pub.shape[0] == i % 7 &&
+                  e->pub.shape[1] == 2 && e->pub.dim == TZR_SHARD_REPLICATED && e->pub.has_sha256);
+            for (int k = 0; k < 32; k++) CHECK(e->pub.sha256[k] == big_sha(i, k));
+            check_slices(e, (want_slice[]){{0, 0, 0, NULL}, {1, 0, 0, NULL}}, 2);
+        } else {
+            CHECK(e->pub.dtype_len == 18 && memcmp(e->pub.dtype_str, DTYPE0, 18) == 0);
+            CHECK(e->pub.ndim == 1 && e->pub.shape[0] == i % 5 + 4 && e->pub.dim == 0 && !e->pub.has_sha256);
+            check_slices(e, (want_slice[]){{0, 0, i % 5 + 1, NULL}, {1, i % 5 + 1, 3, NULL}}, 2);
+        }
+    }
+}
+
+static void expect_big(const char *what, const char *text, int path) {
+    CHECKF(path_of(text) == path, "%s: want the %s path", what, path ? "jansson" : "scan");
+    shard_table tb;
+    int rc = read_text(text, &tb);
+    CHECKF(rc == 0, "%s: %s", what, tzr_last_error());
+    if (rc) return;
+    check_big(&tb);
+    shard_table_free(&tb);
+}
+
+/* Long lists (past the size the scan splits at), as written, and with
+ * what its second thread must not take: entry-like objects inside an entry
+ * at the middle (it would start there; the first thread passes that place
+ * inside the entry, so the list is read alone), an entry the scan leaves
+ * to jansson after the middle, and a malformed one there (the same
+ * message as jansson's). Every value comes from the generator above. */
+static void long_lists_in_halves(void) {
+    char *t = big_manifest(SIZE_MAX, NULL);
+    CHECK(strlen(t) >= 2 * shard_scan_split_min); /* (big enough to be split) */
+    expect_big("long list", t, 0);
+    free(t);
+    static const char fake[] = "{\"name\": \"fake\", \"dtype\": \"<f4\", \"shape\": [], \"replicated\": [0]}";
+    char note[4096];
+    snprintf(note, sizeof note, "\"note\": [{}, %s, {\"x\": 1}, %s]", fake, fake);
+    for (size_t at = BIG_N / 2 - 2; at <= BIG_N / 2 + 2; at++) {
+        t = big_manifest(at, note);
+        expect_big("entry-like objects at the middle", t, 0);
+        free(t);
+    }
+    t = big_manifest(BIG_N * 3 / 4, "\"n\\u0061me2\": 0");
+    expect_big("an escaped key after the middle", t, SHARD_RETRY);
+    free(t);
+    for (size_t at = BIG_N / 4; at < BIG_N; at += BIG_N / 2) {
+        char *a = big_manifest(at, "\"header_sha256\": []"), *b = replace(a, "\"name\": \"t.0\"", "\"n\\u0061me\": \"t.0\"");
+        char msg[2][1024];
+        const char *texts[2] = {a, b};
+        int rcs[2];
+        for (int k = 0; k < 2; k++) {
+            shard_table tb;
+            rcs[k] = read_text(texts[k], &tb);
+            if (!rcs[k]) shard_table_free(&tb);
+            snprintf(msg[k], sizeof msg[k], "%s", tzr_last_error());
+        }
+        CHECKF(rcs[0] == TZR_EFORMAT && rcs[1] == TZR_EFORMAT, "bad header_sha256 at %zu: rc %d / %d", at, rcs[0], rcs[1]);
+        char want[64];
+        snprintf(want, sizeof want, "tensor 't.%zu'", at);
+        CHECKF(strstr(msg[0], want) && strstr(msg[0], "header_sha256 must be an object"), "message: %s", msg[0]);
+        CHECKF(strcmp(msg[0], msg[1]) == 0, "bad header_sha256 at %zu: messages differ:\n    %s\n    %s", at, msg[0],
+               msg[1]);
+        free(a);
+        free(b);
+    }
+}
+
+/* The small documents above again, each entry list split however short
+ * (where the middle falls inside slices, names and sha strings). */
+static void small_lists_in_halves(void) {
+    size_t keep = shard_scan_split_min;
+    shard_scan_split_min = 0;
+    same_table_both_paths();
+    malformed_same_errors();
+    shard_scan_split_min = keep;
+}
+
 int main(void) {
     snprintf(mpath, sizeof mpath, "%s/m" TZR_SHARD_MANIFEST_SUFFIX, check_tmpdir());
     RUN(same_table_both_paths);
     RUN(malformed_same_errors);
     RUN(many_names_merge);
+    RUN(shard_order_differs);
+    RUN(long_lists_in_halves);
+    RUN(small_lists_in_halves);
     return check_done();
 }

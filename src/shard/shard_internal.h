@@ -73,6 +73,9 @@ TZR_HIDDEN int shard_json_read(const char *path, const struct tzr_http_options *
  * holds what was added, to be freed, and the caller parses the whole
  * text with jansson). shard_manifest_fast.c. */
 #define SHARD_RETRY 1
+/* The scan reads an entry list of at least this many bytes in two halves
+ * on two threads when there is a second core; 0: always (for tests). */
+TZR_HIDDEN extern size_t shard_scan_split_min;
 struct json_t;
 TZR_HIDDEN int shard_manifest_scan(const char *text, size_t len, shard_table *tb, struct json_t **root);
 
