@@ -15,6 +15,8 @@ check layout_no_loose_sources sh -c "! ls src/*.c src/*.h 2>/dev/null | grep ."
 check layout_every_folder_has_sources sh -c 'for d in src/*/; do ls "$d"*.c >/dev/null 2>&1 || exit 1; done'
 # The GPU layer owns run-time loading: one dlopen, in src/gpu/gpu_dl.c, and
 # comm/ reaches the device through src/gpu/, never through a sink's header.
+# Library threads start through one door (signals blocked: src/util/thread.c).
+check layout_one_thread_door sh -c '[ "$(grep -l "pthread_create(" src/*/*.c)" = src/util/thread.c ]'
 check layout_one_dlopen_loader sh -c '[ "$(grep -l "dlopen(" src/*/*.c)" = src/gpu/gpu_dl.c ]'
 check layout_comm_no_sink_headers sh -c "! grep -hE '^#include \"[^\"]*cuda[^\"]*\"' src/comm/*.[ch] | grep . &&
   for h in \$(grep -ho '^#include \"[^\"]*\"' src/comm/*.[ch] | cut -d'\"' -f2); do [ ! -e src/sinks/\$h ] || exit 1; done"

@@ -8,6 +8,7 @@
  * would refuse) returns SHARD_RETRY having kept nothing, and the whole
  * document goes through jansson's tree as before: its results and error
  * messages stay the only ones. */
+#include "thread.h"
 #include "json_scan.h"
 #include "shard_internal.h"
 
@@ -329,7 +330,7 @@ static size_t fast_tensors(const uint8_t *p, size_t n, size_t i, shard_table *tb
         h->p = p;
         h->n = n;
         h->from = i + (n - i) / 2;
-        if (pthread_create(&th, NULL, half_worker, h)) free(h), h = NULL;
+        if (tzr_thread_start(&th, half_worker, h)) free(h), h = NULL;
     }
     int met = 0;
     i = entries(p, n, i, tb, f, rc, h, &met, NULL);

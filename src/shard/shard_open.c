@@ -2,6 +2,7 @@
  * every shard file is opened and must hold each slice the manifest gives
  * it, with the same dtype and the expected local shape. A plain .tensors
  * file opens as a one-shard set holding everything replicated. */
+#include "thread.h"
 #include "http_internal.h"
 #include "shard_internal.h"
 #include "scheme.h"
@@ -167,7 +168,7 @@ static int check_shards(tzr_shard_set *s) {
     if (nth > 32) nth = 32;
     pthread_t th[32];
     for (; started < nth - 1; started++) /* and this thread */
-        if (pthread_create(&th[started], NULL, check_worker, &j) != 0) break;
+        if (tzr_thread_start(&th[started], check_worker, &j) != 0) break;
     check_worker(&j);
     for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
     pthread_mutex_destroy(&j.mu);
