@@ -10,55 +10,45 @@ typedef struct dtype_row {
     uint32_t size;
     const char *numpy;  /* numpy dtype.str, or the V-part for opaque types */
     const char *torch;  /* torch name for opaque types, else NULL */
+    const char *opaque; /* "<numpy>\0<torch>" for opaque types: constant, so
+                           threads may ask for it at once */
+    size_t opaque_len;
 } dtype_row;
+#define OPAQUE(d, name, size, np, t) {d, name, size, np, t, np "\0" t, sizeof(np "\0" t) - 1}
 
 /* The order matches enum tzr_dtype. */
 static const dtype_row rows[TZR_DTYPE_COUNT] = {
-    {TZR_DTYPE_UNKNOWN, "unknown", 0, NULL, NULL},
-    {TZR_DTYPE_BOOL, "bool", 1, "|b1", NULL},
-    {TZR_DTYPE_U8, "u8", 1, "|u1", NULL},
-    {TZR_DTYPE_I8, "i8", 1, "|i1", NULL},
-    {TZR_DTYPE_U16, "u16", 2, "<u2", NULL},
-    {TZR_DTYPE_I16, "i16", 2, "<i2", NULL},
-    {TZR_DTYPE_U32, "u32", 4, "<u4", NULL},
-    {TZR_DTYPE_I32, "i32", 4, "<i4", NULL},
-    {TZR_DTYPE_U64, "u64", 8, "<u8", NULL},
-    {TZR_DTYPE_I64, "i64", 8, "<i8", NULL},
-    {TZR_DTYPE_F16, "f16", 2, "<f2", NULL},
-    {TZR_DTYPE_BF16, "bf16", 2, "<V2", "torch.bfloat16"},
-    {TZR_DTYPE_F32, "f32", 4, "<f4", NULL},
-    {TZR_DTYPE_F64, "f64", 8, "<f8", NULL},
-    {TZR_DTYPE_C32, "c32", 4, "<V4", "torch.complex32"},
-    {TZR_DTYPE_C64, "c64", 8, "<c8", NULL},
-    {TZR_DTYPE_C128, "c128", 16, "<c16", NULL},
-    {TZR_DTYPE_F8_E4M3FN, "f8_e4m3fn", 1, "|V1", "torch.float8_e4m3fn"},
-    {TZR_DTYPE_F8_E5M2, "f8_e5m2", 1, "|V1", "torch.float8_e5m2"},
-    {TZR_DTYPE_F8_E4M3FNUZ, "f8_e4m3fnuz", 1, "|V1", "torch.float8_e4m3fnuz"},
-    {TZR_DTYPE_F8_E5M2FNUZ, "f8_e5m2fnuz", 1, "|V1", "torch.float8_e5m2fnuz"},
-    {TZR_DTYPE_F8_E8M0FNU, "f8_e8m0fnu", 1, "|V1", "torch.float8_e8m0fnu"},
-    {TZR_DTYPE_BITS8, "bits8", 1, "|V1", "torch.bits8"},
-    {TZR_DTYPE_BITS16, "bits16", 2, "<V2", "torch.bits16"},
+    {TZR_DTYPE_UNKNOWN, "unknown", 0, NULL, NULL, NULL, 0},
+    {TZR_DTYPE_BOOL, "bool", 1, "|b1", NULL, NULL, 0},
+    {TZR_DTYPE_U8, "u8", 1, "|u1", NULL, NULL, 0},
+    {TZR_DTYPE_I8, "i8", 1, "|i1", NULL, NULL, 0},
+    {TZR_DTYPE_U16, "u16", 2, "<u2", NULL, NULL, 0},
+    {TZR_DTYPE_I16, "i16", 2, "<i2", NULL, NULL, 0},
+    {TZR_DTYPE_U32, "u32", 4, "<u4", NULL, NULL, 0},
+    {TZR_DTYPE_I32, "i32", 4, "<i4", NULL, NULL, 0},
+    {TZR_DTYPE_U64, "u64", 8, "<u8", NULL, NULL, 0},
+    {TZR_DTYPE_I64, "i64", 8, "<i8", NULL, NULL, 0},
+    {TZR_DTYPE_F16, "f16", 2, "<f2", NULL, NULL, 0},
+    OPAQUE(TZR_DTYPE_BF16, "bf16", 2, "<V2", "torch.bfloat16"),
+    {TZR_DTYPE_F32, "f32", 4, "<f4", NULL, NULL, 0},
+    {TZR_DTYPE_F64, "f64", 8, "<f8", NULL, NULL, 0},
+    OPAQUE(TZR_DTYPE_C32, "c32", 4, "<V4", "torch.complex32"),
+    {TZR_DTYPE_C64, "c64", 8, "<c8", NULL, NULL, 0},
+    {TZR_DTYPE_C128, "c128", 16, "<c16", NULL, NULL, 0},
+    OPAQUE(TZR_DTYPE_F8_E4M3FN, "f8_e4m3fn", 1, "|V1", "torch.float8_e4m3fn"),
+    OPAQUE(TZR_DTYPE_F8_E5M2, "f8_e5m2", 1, "|V1", "torch.float8_e5m2"),
+    OPAQUE(TZR_DTYPE_F8_E4M3FNUZ, "f8_e4m3fnuz", 1, "|V1", "torch.float8_e4m3fnuz"),
+    OPAQUE(TZR_DTYPE_F8_E5M2FNUZ, "f8_e5m2fnuz", 1, "|V1", "torch.float8_e5m2fnuz"),
+    OPAQUE(TZR_DTYPE_F8_E8M0FNU, "f8_e8m0fnu", 1, "|V1", "torch.float8_e8m0fnu"),
+    OPAQUE(TZR_DTYPE_BITS8, "bits8", 1, "|V1", "torch.bits8"),
+    OPAQUE(TZR_DTYPE_BITS16, "bits16", 2, "<V2", "torch.bits16"),
 };
-
-/* Opaque strings stored as "<numpy>\0<torch>", built once per row. */
-static char opaque_buf[TZR_DTYPE_COUNT][48];
-static size_t opaque_len[TZR_DTYPE_COUNT];
-
-static void build_opaque(tzr_dtype d) {
-    if (opaque_len[d]) return;
-    size_t a = strlen(rows[d].numpy), b = strlen(rows[d].torch);
-    memcpy(opaque_buf[d], rows[d].numpy, a);
-    opaque_buf[d][a] = 0;
-    memcpy(opaque_buf[d] + a + 1, rows[d].torch, b + 1);
-    opaque_len[d] = a + 1 + b;
-}
 
 const char *tzr_dtype_string(tzr_dtype d, size_t *len) {
     if ((unsigned)d >= TZR_DTYPE_COUNT || d == TZR_DTYPE_UNKNOWN) return NULL;
-    if (rows[d].torch) {
-        build_opaque(d);
-        if (len) *len = opaque_len[d];
-        return opaque_buf[d];
+    if (rows[d].opaque) {
+        if (len) *len = rows[d].opaque_len;
+        return rows[d].opaque;
     }
     if (len) *len = strlen(rows[d].numpy);
     return rows[d].numpy;
