@@ -682,12 +682,14 @@ static void reader_table_is_the_header(void) {
         tzr_dtype d;
         uint32_t ndim;
         uint64_t shape[2], numel, nbytes, off; /* off: in the data region */
+        const char *dstr; /* its tensorizer dtype string */
+        uint32_t itemsize;
     } want[] = {
-        {"m", TZR_DTYPE_U8, 2, {2, 3}, 6, 6, 0},
-        {"w", TZR_DTYPE_F16, 1, {5, 0}, 5, 10, 6},
-        {"z", TZR_DTYPE_F32, 2, {0, 3}, 0, 0, 16},
-        {"e", TZR_DTYPE_U8, 1, {0, 0}, 0, 0, 16},
-        {"s", TZR_DTYPE_I64, 0, {0, 0}, 1, 8, 16},
+        {"m", TZR_DTYPE_U8, 2, {2, 3}, 6, 6, 0, "|u1", 1},
+        {"w", TZR_DTYPE_F16, 1, {5, 0}, 5, 10, 6, "<f2", 2},
+        {"z", TZR_DTYPE_F32, 2, {0, 3}, 0, 0, 16, "<f4", 4},
+        {"e", TZR_DTYPE_U8, 1, {0, 0}, 0, 0, 16, "|u1", 1},
+        {"s", TZR_DTYPE_I64, 0, {0, 0}, 1, 8, 16, "<i8", 8},
     };
     size_t hl = sizeof hdr - 1, len;
     unsigned char *b = build(hl, hdr, hl, NULL, 24, &len);
@@ -704,6 +706,10 @@ static void reader_table_is_the_header(void) {
                      t->data_offset == 8 + hl + want[i].off && t->header_offset == t->data_offset &&
                      t->data_length == want[i].nbytes && t->stored_length == want[i].nbytes &&
                      t->type == TZR_STATE_DICT && t->compression == TZR_COMPRESSION_NONE && !t->meta;
+            /* The rest of the row (one fill with the .tensors index's) */
+            ok = ok && t->uncompressed_length == want[i].nbytes && t->byte_planes == 1 && t->module_idx == 0 &&
+                 !t->structured && !t->encrypted && !t->opaque && t->itemsize == want[i].itemsize &&
+                 t->dtype_len == 3 && strcmp(t->dtype_str, want[i].dstr) == 0;
             for (uint32_t d = 0; ok && d < t->ndim; d++) ok = t->shape[d] == want[i].shape[d];
             CHECKF(ok, "tensor %zu ('%s')", i, t->name);
             size_t at = (size_t)-1;
