@@ -1169,6 +1169,64 @@ static void python_reads_writer_output(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* The key scan takes eight plain bytes at a time and hands a word with a
+ * quote, backslash, control or non-ASCII byte to the byte loop: each such
+ * byte at every position of a name's first words (and names that end
+ * there) must give the name the JSON says, through tzr_st_parse and the
+ * reader (header over 64 KiB: names in place), or fail as before. */
+static void key_scan_every_position(void) {
+    static const struct {
+        const char *json, *name; /* the special as written, and decoded */
+        int bad;                 /* not valid JSON: refused */
+    } sp[] = {
+        {"", "", 0},          {"\\\"", "\"", 0}, {"\\\\", "\\", 0}, {"\xc3\xa9", "\xc3\xa9", 0},
+        {"\x7f", "\x7f", 0}, {"~", "~", 0},        {" ", " ", 0},        {"\x01", "", 1},
+        {"\x1f", "", 1},     {"\xff", "", 1},
+    };
+    for (size_t k = 0; k < 18; k++)
+        for (size_t j = 0; j < sizeof sp / sizeof *sp; j++)
+            for (int tail = 0; tail < 2; tail++) {
+                char key[64], want[64], json[256];
+                const char *t = tail ? "bcdefghij" : "";
+                snprintf(key, sizeof key, "%.*s%s%s", (int)k, "aaaaaaaaaaaaaaaaaa", sp[j].json, t);
+                snprintf(want, sizeof want, "%.*s%s%s", (int)k, "aaaaaaaaaaaaaaaaaa", sp[j].name, t);
+                if (!sp[j].bad && !want[0]) continue; /* an empty name: not this test's */
+                int jl = snprintf(json, sizeof json,
+                                  "{\"%s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                                  "\"z\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+                                  key);
+                for (int big = 0; big < 2; big++) {
+                    size_t hl = big ? 70000 : (size_t)jl, len;
+                    char *hdr = malloc(hl);
+                    memset(hdr, ' ', hl);
+                    memcpy(hdr, json, (size_t)jl);
+                    unsigned char *b = build(hl, hdr, hl, "xy", 2, &len);
+                    tzr_st_file *f = NULL;
+                    int rc = tzr_st_parse(&f, b, len, "scan");
+                    tzr_source *src = NULL;
+                    tzr_reader *r = NULL;
+                    CHECK_OK(tzr_source_open_memory(&src, b, len, "scan"));
+                    int rrc = tzr_reader_open_source(&r, src, NULL);
+                    if (sp[j].bad) {
+                        CHECKF(rc == TZR_EFORMAT && rrc == TZR_EFORMAT, "k %zu special %zu: %d %d", k, j, rc, rrc);
+                    } else {
+                        size_t wl = strlen(want);
+                        const tzr_st_tensor *e = rc ? NULL : tzr_st_get(f, 0);
+                        const tzr_tensor_info *ti = r ? tzr_reader_tensor(r, 0) : NULL;
+                        CHECKF(e && e->name_len == wl && memcmp(e->name, want, wl + 1) == 0, "k %zu special %zu big %d",
+                               k, j, big);
+                        CHECKF(ti && ti->name_len == wl && memcmp(ti->name, want, wl + 1) == 0 &&
+                                   tzr_reader_count(r) == 2 && ti->nbytes == 1,
+                               "reader: k %zu special %zu big %d: %s", k, j, big, r ? "" : tzr_last_error());
+                    }
+                    tzr_st_free(f);
+                    tzr_reader_free(r);
+                    free(b);
+                    free(hdr);
+                }
+            }
+}
+
 int main(void) {
     RUN(dtype_tables);
     RUN(golden_writer);
@@ -1184,6 +1242,7 @@ int main(void) {
     RUN(reader_table_is_the_header);
     RUN(reader_refuses_as_parse);
     RUN(reader_names_in_header);
+    RUN(key_scan_every_position);
     RUN(writer_rejects);
     RUN(writer_put_rules);
     RUN(writer_many_puts);
