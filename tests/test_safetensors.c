@@ -1169,6 +1169,58 @@ static void python_reads_writer_output(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* A header of 40,000 entries (2.4 MB): its table (7 MB) is large enough
+ * for the reader to have a helper map its pages while the header is read
+ * and parsed. In file order, in reverse (the table is sorted, i.e.
+ * replaced, after the helper), with a duplicate (the open fails after the
+ * parse) and with a syntax error at the end (the tree parse retries and
+ * fails): every table the reader gives is the header's, every failure the
+ * parse's, and nothing outlives the open (ASan/TSan builds). */
+static void reader_prefaulted_table(void) {
+    enum { N = 40000 };
+    size_t cap = (size_t)N * 80 + 16;
+    char *json = malloc(cap);
+    for (int form = 0; form < 4; form++) {
+        size_t jl = 0;
+        json[jl++] = '{';
+        for (int k = 0; k < N; k++) {
+            int i = form == 1 ? N - 1 - k : k;
+            int nm = form == 2 && i == N - 1 ? 7 : i;
+            jl += (size_t)snprintf(json + jl, cap - jl,
+                                   "%s\"layer.%d.w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[%d,%d]}",
+                                   k ? "," : "", nm, 4 * i, 4 * i + 4);
+        }
+        json[jl++] = form == 3 ? ']' : '}';
+        size_t len;
+        unsigned char *b = build(jl, json, jl, NULL, 4 * (size_t)N, &len);
+        tzr_source *src = NULL;
+        tzr_reader *r = NULL;
+        CHECK_OK(tzr_source_open_memory(&src, b, len, "prefault"));
+        int rc = tzr_reader_open_source(&r, src, NULL);
+        if (form == 2) {
+            CHECKF(rc == TZR_EDUP && strstr(tzr_last_error(), "layer.7.w"), "%d %s", rc, tzr_last_error());
+        } else if (form == 3) {
+            CHECKF(rc == TZR_EFORMAT, "%d %s", rc, tzr_last_error());
+        } else {
+            CHECKF(rc == 0, "form %d: %s", form, tzr_last_error());
+            int bad = !r || tzr_reader_count(r) != N;
+            for (int i = 0; !bad && i < N; i++) {
+                char name[24];
+                size_t nl = (size_t)snprintf(name, sizeof name, "layer.%d.w", i), at = (size_t)-1;
+                const tzr_tensor_info *t = tzr_reader_tensor(r, (size_t)i);
+                bad |= t->name_len != nl || memcmp(t->name, name, nl + 1) != 0 || t->dtype != TZR_DTYPE_F16 ||
+                       t->ndim != 1 || t->shape[0] != 2 || t->nbytes != 4 ||
+                       t->data_offset != 8 + jl + 4 * (uint64_t)i || tzr_reader_find(r, name, nl, &at) != 0 ||
+                       at != (size_t)i;
+            }
+            CHECKF(!bad, "form %d", form);
+        }
+        tzr_reader_free(r);
+        free(b);
+    }
+    free(json);
+}
+
 /* The key scan takes eight plain bytes at a time and hands a word with a
  * quote, backslash, control or non-ASCII byte to the byte loop: each such
  * byte at every position of a name's first words (and names that end
@@ -1243,6 +1295,7 @@ int main(void) {
     RUN(reader_refuses_as_parse);
     RUN(reader_names_in_header);
     RUN(key_scan_every_position);
+    RUN(reader_prefaulted_table);
     RUN(writer_rejects);
     RUN(writer_put_rules);
     RUN(writer_many_puts);
