@@ -1169,13 +1169,11 @@ static void python_reads_writer_output(void) {
     CHECK(system(cmd) == 0);
 }
 
-/* A header of 40,000 entries (2.4 MB): its table (7 MB) is large enough
- * for the reader to have a helper map its pages while the header is read
- * and parsed. In file order, in reverse (the table is sorted, i.e.
- * replaced, after the helper), with a duplicate (the open fails after the
- * parse) and with a syntax error at the end (the tree parse retries and
- * fails): every table the reader gives is the header's, every failure the
- * parse's, and nothing outlives the open (ASan/TSan builds). */
+/* A header of 40,000 entries (2.4 MB, 7 MB of table) through the reader:
+ * in file order, in reverse (the table is sorted, i.e. replaced), with a
+ * duplicate (the open fails after the parse) and with a syntax error at
+ * the end (the tree parse retries and fails): every table the reader
+ * gives is the header's, every failure the parse's. */
 static void reader_prefaulted_table(void) {
     enum { N = 40000 };
     size_t cap = (size_t)N * 80 + 16;

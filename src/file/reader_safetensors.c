@@ -17,9 +17,7 @@
 #include "st_internal.h"
 #include "tzr_safetensors.h"
 
-#include <pthread.h>
 #include <string.h>
-#include <sys/mman.h>
 
 typedef struct put_state {
     tzr_reader *r;
@@ -35,55 +33,12 @@ typedef struct put_state {
     size_t far, overlap, overlap_far; /* index + 1; 0: none */
     uint64_t far_end;
     size_t high;             /* slots [0, high) were written */
-    /* Maps the table's first pages on the other core while this one
-     * reads and parses the header (see prefault_start). */
-    pthread_t prefault;
-    int prefaulting;
-    void *pf_at;
-    size_t pf_len;
 } put_state;
-
-/* The table's pages are cleared by the kernel on first touch: for 100k
- * tensors 17.6 MB, ~9 huge-page faults of ~150 us each on this kind of
- * VM, all on the opening thread while the other core idles. A helper
- * asks for them up front (MADV_POPULATE_WRITE maps pages, it never
- * changes their bytes), overlapping the header's read and parse. */
-#define PREFAULT_MIN ((size_t)4 << 20)  /* below this, a thread costs more than it saves */
-#define PREFAULT_ENTRY 80               /* header bytes an entry takes, about: a short name's */
-
-static void *prefault_run(void *arg) {
-    put_state *ps = arg;
-#ifdef MADV_POPULATE_WRITE
-    tzr_advise_inside(ps->pf_at, ps->pf_len, (size_t)2 << 20, MADV_POPULATE_WRITE); /* best effort */
-#endif
-    return NULL;
-}
-
-/* The slots a header of n bytes likely fills: an estimate, not a bound
- * (longer names than PREFAULT_ENTRY leave slots to fault as they are
- * put; shorter ones, pages faulted then). */
-static void prefault_start(put_state *ps, uint64_t n) {
-    tzr_reader *r = ps->r;
-    size_t slots = (size_t)(n / PREFAULT_ENTRY);
-    if (slots > r->t_cap) slots = r->t_cap;
-    if (slots * sizeof *r->t < PREFAULT_MIN) return;
-    ps->pf_at = r->t;
-    ps->pf_len = slots * sizeof *r->t;
-    ps->prefaulting = pthread_create(&ps->prefault, NULL, prefault_run, ps) == 0;
-}
-
-/* Before the table is moved or freed. */
-static void prefault_join(put_state *ps) {
-    if (ps->prefaulting) pthread_join(ps->prefault, NULL);
-    ps->prefaulting = 0;
-}
 
 /* Room for slot i: the table was sized for as many entries as the header
  * can hold, so this grows only if that bound were wrong. */
-static int room(put_state *ps, size_t i) {
-    tzr_reader *r = ps->r;
+static int room(tzr_reader *r, size_t i) {
     if (i < r->t_cap) return 0;
-    prefault_join(ps);
     size_t cap = 2 * r->t_cap;
     tensor_slot *t = tzr_map_zeroed(cap, sizeof *t);
     if (!t) return tzr_fail(TZR_ENOMEM, "out of memory for %zu tensors", cap);
@@ -117,7 +72,7 @@ static int put_tensor(void *ctx, size_t i, const tzr_st_tensor *st) {
         ps->far = ps->overlap = ps->overlap_far = 0;
         ps->far_end = 0;
     }
-    int rc = room(ps, i);
+    int rc = room(r, i);
     if (rc) return rc;
     if (i == 0 || st->dtype != ps->st_dt) {
         size_t dlen;
@@ -212,7 +167,6 @@ static int parse(tzr_reader *r, const uint8_t *head, size_t head_len, put_state 
         return tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte header", (unsigned long long)n);
     if (8 + n <= head_len) /* (head is the caller's: names are copied) */
         return tzr_st_parse_header_each(f, head, head_len, r->src->size, r->src->name, put_tensor, ps, NULL);
-    prefault_start(ps, n);
     uint8_t *all = tzr_alloc_big((size_t)(8 + n)); /* huge pages: 1,900 faults fewer for a 7.8 MB header */
     if (!all) return tzr_fail(TZR_ENOMEM, "out of memory for a %llu-byte header", (unsigned long long)n);
     /* Kept as long as the reader: plain names point into it. */
@@ -233,7 +187,6 @@ int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len)
     r->marker_checked = 1;
     r->records_end = r->src->size;
     int rc = parse(r, head, head_len, &ps, &f);
-    prefault_join(&ps);
     if (rc) return rc;
     /* Names and shapes stay where the parse put them (now the reader's). */
     tzr_st_take_strings(f, &r->strings);
