@@ -683,6 +683,56 @@ static void genuinely_empty_files(void) {
     tzr_reader_free(r);
 }
 
+/* The index's two product checks, each worded as its own: a 3-D tensor
+ * (only 3 dims of 2^32-1 overflow the element count; 2 overflow only the
+ * byte size) written by our writer, its dims patched. Entry 0 at 73 for
+ * the 2-byte name 't3': type 77, dtype_len 78, dtype 79..81, ndim 82,
+ * dims 83/87/91, header offset 95. */
+static void index_products_overflow(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/three_d.tensors", check_tmpdir());
+    tzr_writer_options o = TZR_WRITER_OPTIONS_INIT;
+    o.metadata_size = 512;
+    tzr_writer *w;
+    CHECK_OK(tzr_writer_open(&w, path, &o));
+    float f[1] = {1};
+    uint64_t s111[3] = {1, 1, 1};
+    wadd(w, "t3", TZR_DTYPE_F32, 3, s111, 0, f);
+    CHECK_OK(tzr_writer_close(w));
+    size_t len;
+    unsigned char *b = check_read_file(path, &len);
+    CHECK(b && len > 100 && b[73] == 2 && memcmp(b + 75, "t3", 2) == 0 && b[82] == 3 && b[83] == 1);
+    if (!b) return;
+    static const struct {
+        int dims;          /* dims patched to 2^32-1, from the first */
+        const char *what;
+    } rows[] = {{3, "shape overflows"}, {2, "byte size overflows"}};
+    for (int k = 0; k < 2; k++) {
+        unsigned char *c = malloc(len);
+        memcpy(c, b, len);
+        for (int d = 0; d < rows[k].dims; d++) st(c + 83 + 4 * d, 4, 0xFFFFFFFFu);
+        tzr_source *src;
+        tzr_reader *r = NULL;
+        CHECK_OK(tzr_source_open_memory(&src, c, len, "three_d"));
+        CHECK_RC(tzr_reader_open_source(&r, src, NULL), TZR_ELIMIT);
+        const char *m = tzr_last_error();
+        CHECKF(strstr(m, "tensor 't3'") && strstr(m, "index entry 0 at offset 73") && strstr(m, rows[k].what), "%s", m);
+        tzr_reader_free(r);
+        free(c);
+    }
+    /* Unpatched: the row as written (1x1x1 f32, 4 bytes). */
+    tzr_source *src;
+    tzr_reader *r = NULL;
+    CHECK_OK(tzr_source_open_memory(&src, b, len, "three_d_ok"));
+    CHECK_OK(tzr_reader_open_source(&r, src, NULL));
+    const tzr_tensor_info *t = r ? tzr_reader_tensor(r, 0) : NULL;
+    CHECK(t && t->ndim == 3 && t->numel == 1 && t->nbytes == 4 && t->data_length == 4 && t->stored_length == 4 &&
+          t->uncompressed_length == 4 && !t->meta && t->module_idx == -1 && t->itemsize == 4 &&
+          strcmp(t->dtype_str, "<f4") == 0 && t->compression == TZR_COMPRESSION_NONE && t->byte_planes == 1);
+    tzr_reader_free(r);
+    free(b);
+}
+
 int main(void) {
     /* Outside sanitizers, cap the address space so an absurd allocation
      * fails the test instead of quietly succeeding. */
@@ -716,6 +766,7 @@ int main(void) {
     RUN(offsets_sane);
     RUN(genuinely_empty_files);
     RUN(multi_roundtrip);
+    RUN(index_products_overflow);
     char name[128];
     for (size_t i = 0; i < NCASES; i++) {
         current = &cases[i];

@@ -682,12 +682,14 @@ static void reader_table_is_the_header(void) {
         tzr_dtype d;
         uint32_t ndim;
         uint64_t shape[2], numel, nbytes, off; /* off: in the data region */
+        const char *dstr; /* its tensorizer dtype string */
+        uint32_t itemsize;
     } want[] = {
-        {"m", TZR_DTYPE_U8, 2, {2, 3}, 6, 6, 0},
-        {"w", TZR_DTYPE_F16, 1, {5, 0}, 5, 10, 6},
-        {"z", TZR_DTYPE_F32, 2, {0, 3}, 0, 0, 16},
-        {"e", TZR_DTYPE_U8, 1, {0, 0}, 0, 0, 16},
-        {"s", TZR_DTYPE_I64, 0, {0, 0}, 1, 8, 16},
+        {"m", TZR_DTYPE_U8, 2, {2, 3}, 6, 6, 0, "|u1", 1},
+        {"w", TZR_DTYPE_F16, 1, {5, 0}, 5, 10, 6, "<f2", 2},
+        {"z", TZR_DTYPE_F32, 2, {0, 3}, 0, 0, 16, "<f4", 4},
+        {"e", TZR_DTYPE_U8, 1, {0, 0}, 0, 0, 16, "|u1", 1},
+        {"s", TZR_DTYPE_I64, 0, {0, 0}, 1, 8, 16, "<i8", 8},
     };
     size_t hl = sizeof hdr - 1, len;
     unsigned char *b = build(hl, hdr, hl, NULL, 24, &len);
@@ -704,6 +706,10 @@ static void reader_table_is_the_header(void) {
                      t->data_offset == 8 + hl + want[i].off && t->header_offset == t->data_offset &&
                      t->data_length == want[i].nbytes && t->stored_length == want[i].nbytes &&
                      t->type == TZR_STATE_DICT && t->compression == TZR_COMPRESSION_NONE && !t->meta;
+            /* The rest of the row (one fill with the .tensors index's) */
+            ok = ok && t->uncompressed_length == want[i].nbytes && t->byte_planes == 1 && t->module_idx == 0 &&
+                 !t->structured && !t->encrypted && !t->opaque && t->itemsize == want[i].itemsize &&
+                 t->dtype_len == 3 && strcmp(t->dtype_str, want[i].dstr) == 0;
             for (uint32_t d = 0; ok && d < t->ndim; d++) ok = t->shape[d] == want[i].shape[d];
             CHECKF(ok, "tensor %zu ('%s')", i, t->name);
             size_t at = (size_t)-1;
@@ -1163,6 +1169,114 @@ static void python_reads_writer_output(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* A header of 40,000 entries (2.4 MB, 7 MB of table) through the reader:
+ * in file order, in reverse (the table is sorted, i.e. replaced), with a
+ * duplicate (the open fails after the parse) and with a syntax error at
+ * the end (the tree parse retries and fails): every table the reader
+ * gives is the header's, every failure the parse's. */
+static void reader_prefaulted_table(void) {
+    enum { N = 40000 };
+    size_t cap = (size_t)N * 80 + 16;
+    char *json = malloc(cap);
+    for (int form = 0; form < 4; form++) {
+        size_t jl = 0;
+        json[jl++] = '{';
+        for (int k = 0; k < N; k++) {
+            int i = form == 1 ? N - 1 - k : k;
+            int nm = form == 2 && i == N - 1 ? 7 : i;
+            jl += (size_t)snprintf(json + jl, cap - jl,
+                                   "%s\"layer.%d.w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[%d,%d]}",
+                                   k ? "," : "", nm, 4 * i, 4 * i + 4);
+        }
+        json[jl++] = form == 3 ? ']' : '}';
+        size_t len;
+        unsigned char *b = build(jl, json, jl, NULL, 4 * (size_t)N, &len);
+        tzr_source *src = NULL;
+        tzr_reader *r = NULL;
+        CHECK_OK(tzr_source_open_memory(&src, b, len, "prefault"));
+        int rc = tzr_reader_open_source(&r, src, NULL);
+        if (form == 2) {
+            CHECKF(rc == TZR_EDUP && strstr(tzr_last_error(), "layer.7.w"), "%d %s", rc, tzr_last_error());
+        } else if (form == 3) {
+            CHECKF(rc == TZR_EFORMAT, "%d %s", rc, tzr_last_error());
+        } else {
+            CHECKF(rc == 0, "form %d: %s", form, tzr_last_error());
+            int bad = !r || tzr_reader_count(r) != N;
+            for (int i = 0; !bad && i < N; i++) {
+                char name[24];
+                size_t nl = (size_t)snprintf(name, sizeof name, "layer.%d.w", i), at = (size_t)-1;
+                const tzr_tensor_info *t = tzr_reader_tensor(r, (size_t)i);
+                bad |= t->name_len != nl || memcmp(t->name, name, nl + 1) != 0 || t->dtype != TZR_DTYPE_F16 ||
+                       t->ndim != 1 || t->shape[0] != 2 || t->nbytes != 4 ||
+                       t->data_offset != 8 + jl + 4 * (uint64_t)i || tzr_reader_find(r, name, nl, &at) != 0 ||
+                       at != (size_t)i;
+            }
+            CHECKF(!bad, "form %d", form);
+        }
+        tzr_reader_free(r);
+        free(b);
+    }
+    free(json);
+}
+
+/* The key scan takes eight plain bytes at a time and hands a word with a
+ * quote, backslash, control or non-ASCII byte to the byte loop: each such
+ * byte at every position of a name's first words (and names that end
+ * there) must give the name the JSON says, through tzr_st_parse and the
+ * reader (header over 64 KiB: names in place), or fail as before. */
+static void key_scan_every_position(void) {
+    static const struct {
+        const char *json, *name; /* the special as written, and decoded */
+        int bad;                 /* not valid JSON: refused */
+    } sp[] = {
+        {"", "", 0},          {"\\\"", "\"", 0}, {"\\\\", "\\", 0}, {"\xc3\xa9", "\xc3\xa9", 0},
+        {"\x7f", "\x7f", 0}, {"~", "~", 0},        {" ", " ", 0},        {"\x01", "", 1},
+        {"\x1f", "", 1},     {"\xff", "", 1},
+    };
+    for (size_t k = 0; k < 18; k++)
+        for (size_t j = 0; j < sizeof sp / sizeof *sp; j++)
+            for (int tail = 0; tail < 2; tail++) {
+                char key[64], want[64], json[256];
+                const char *t = tail ? "bcdefghij" : "";
+                snprintf(key, sizeof key, "%.*s%s%s", (int)k, "aaaaaaaaaaaaaaaaaa", sp[j].json, t);
+                snprintf(want, sizeof want, "%.*s%s%s", (int)k, "aaaaaaaaaaaaaaaaaa", sp[j].name, t);
+                if (!sp[j].bad && !want[0]) continue; /* an empty name: not this test's */
+                int jl = snprintf(json, sizeof json,
+                                  "{\"%s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                                  "\"z\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+                                  key);
+                for (int big = 0; big < 2; big++) {
+                    size_t hl = big ? 70000 : (size_t)jl, len;
+                    char *hdr = malloc(hl);
+                    memset(hdr, ' ', hl);
+                    memcpy(hdr, json, (size_t)jl);
+                    unsigned char *b = build(hl, hdr, hl, "xy", 2, &len);
+                    tzr_st_file *f = NULL;
+                    int rc = tzr_st_parse(&f, b, len, "scan");
+                    tzr_source *src = NULL;
+                    tzr_reader *r = NULL;
+                    CHECK_OK(tzr_source_open_memory(&src, b, len, "scan"));
+                    int rrc = tzr_reader_open_source(&r, src, NULL);
+                    if (sp[j].bad) {
+                        CHECKF(rc == TZR_EFORMAT && rrc == TZR_EFORMAT, "k %zu special %zu: %d %d", k, j, rc, rrc);
+                    } else {
+                        size_t wl = strlen(want);
+                        const tzr_st_tensor *e = rc ? NULL : tzr_st_get(f, 0);
+                        const tzr_tensor_info *ti = r ? tzr_reader_tensor(r, 0) : NULL;
+                        CHECKF(e && e->name_len == wl && memcmp(e->name, want, wl + 1) == 0, "k %zu special %zu big %d",
+                               k, j, big);
+                        CHECKF(ti && ti->name_len == wl && memcmp(ti->name, want, wl + 1) == 0 &&
+                                   tzr_reader_count(r) == 2 && ti->nbytes == 1,
+                               "reader: k %zu special %zu big %d: %s", k, j, big, r ? "" : tzr_last_error());
+                    }
+                    tzr_st_free(f);
+                    tzr_reader_free(r);
+                    free(b);
+                    free(hdr);
+                }
+            }
+}
+
 int main(void) {
     RUN(dtype_tables);
     RUN(golden_writer);
@@ -1178,6 +1292,8 @@ int main(void) {
     RUN(reader_table_is_the_header);
     RUN(reader_refuses_as_parse);
     RUN(reader_names_in_header);
+    RUN(key_scan_every_position);
+    RUN(reader_prefaulted_table);
     RUN(writer_rejects);
     RUN(writer_put_rules);
     RUN(writer_many_puts);

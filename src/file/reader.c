@@ -65,14 +65,42 @@ static int find_slot(const tzr_reader *r, const char *name, size_t len, size_t *
     return TZR_ENOTFOUND;
 }
 
-/* The last valid dtype seen while parsing the index. */
-typedef struct dtype_memo {
-    char *dtype; /* arena copy; NULL before the first */
-    size_t dtype_len;
+int reader_memo_dtype(dtype_memo *m, const char *dtype, size_t len) {
     tzr_dtype parsed;
     uint32_t itemsize;
     int opaque;
-} dtype_memo;
+    int rc = tzr_dtype_parse(dtype, len, &parsed, &itemsize, &opaque);
+    if (rc) return rc;
+    *m = (dtype_memo){dtype, len, parsed, itemsize, opaque};
+    return 0;
+}
+
+int reader_fill_info(tzr_tensor_info *t, const tensor_row *row, const dtype_memo *m) {
+    t->name = row->name;
+    t->name_len = row->name_len;
+    t->type = row->type;
+    t->module_idx = row->module_idx;
+    t->dtype_str = m->dtype;
+    t->dtype_len = m->dtype_len;
+    t->dtype = m->parsed;
+    t->itemsize = m->itemsize;
+    t->opaque = m->opaque;
+    t->ndim = row->ndim;
+    t->shape = row->shape;
+    t->numel = 1;
+    for (uint32_t d = 0; d < row->ndim; d++)
+        if (!tzr_mul_ok(t->numel, row->shape[d], &t->numel)) return READER_FILL_NUMEL;
+    if (!tzr_mul_ok(t->numel, t->itemsize, &t->nbytes)) return READER_FILL_NBYTES;
+    t->header_offset = row->header_offset;
+    t->data_offset = row->data_offset;
+    t->data_length = row->data_length;
+    t->meta = row->data_length == 0 && t->nbytes > 0;
+    t->stored_length = row->data_length;
+    t->uncompressed_length = t->meta ? 0 : t->nbytes;
+    t->compression = row->compression;
+    t->byte_planes = 1;
+    return 0;
+}
 
 /* Index entry e becomes tensor i; every field is checked before use. */
 static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_t entry_off,
@@ -92,56 +120,28 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
     if (!name) return tzr_fail(TZR_ENOMEM, "out of memory");
     memcpy(name, e->name, e->name_len);
     name[e->name_len] = 0;
-    /* Checkpoints repeat a few dtypes: one copy, parsed once. */
-    int same_dtype = memo->dtype && memo->dtype_len == e->dtype_len && memcmp(memo->dtype, e->dtype, e->dtype_len) == 0;
-    char *dtype = same_dtype ? memo->dtype : tzr_arena_alloc(&r->strings, (size_t)e->dtype_len + 1);
-    if (!dtype) return tzr_fail(TZR_ENOMEM, "out of memory");
-    if (!same_dtype) {
-        memcpy(dtype, e->dtype, e->dtype_len);
-        dtype[e->dtype_len] = 0;
-    }
-    t->name = name;
-    t->name_len = e->name_len;
-    t->dtype_str = dtype;
-    t->dtype_len = e->dtype_len;
-    t->module_idx = -1;
     if (tzr_name_check(name, e->name_len, &t->structured)) BAD(TZR_EFORMAT, "%s", tzr_last_error());
     if (e->type > TZR_STATE_DICT) BAD(TZR_EFORMAT, "unknown tensor type %u", e->type);
     if (t->structured && e->type != TZR_STATE_DICT)
         BAD(TZR_EFORMAT, "structured names are only allowed on state_dict tensors");
-    t->type = (tzr_tensor_type)e->type;
-    if (same_dtype) {
-        t->dtype = memo->parsed;
-        t->itemsize = memo->itemsize;
-        t->opaque = memo->opaque;
-    } else {
-        if (tzr_dtype_parse(dtype, e->dtype_len, &t->dtype, &t->itemsize, &t->opaque))
-            BAD(TZR_EFORMAT, "dtype: %s", tzr_last_error());
-        memo->dtype = dtype;
-        memo->dtype_len = e->dtype_len;
-        memo->parsed = t->dtype;
-        memo->itemsize = t->itemsize;
-        memo->opaque = t->opaque;
+    /* Checkpoints repeat a few dtypes: one copy, parsed once. */
+    if (!memo->dtype || memo->dtype_len != e->dtype_len || memcmp(memo->dtype, e->dtype, e->dtype_len) != 0) {
+        char *dtype = tzr_arena_alloc(&r->strings, (size_t)e->dtype_len + 1);
+        if (!dtype) return tzr_fail(TZR_ENOMEM, "out of memory");
+        memcpy(dtype, e->dtype, e->dtype_len);
+        dtype[e->dtype_len] = 0;
+        if (reader_memo_dtype(memo, dtype, e->dtype_len)) BAD(TZR_EFORMAT, "dtype: %s", tzr_last_error());
     }
-    t->ndim = e->ndim;
-    t->numel = 1;
     /* Dims live in one pool sized by the index (4 bytes each on disk). */
     uint64_t *shape = r->dims + *dims_used;
-    *dims_used += t->ndim;
-    for (uint32_t d = 0; d < t->ndim; d++) {
-        shape[d] = tzr_ld32(e->dims + 4 * d);
-        if (!tzr_mul_ok(t->numel, tzr_ld32(e->dims + 4 * d), &t->numel)) BAD(TZR_ELIMIT, "shape overflows");
-    }
-    t->shape = shape;
-    if (!tzr_mul_ok(t->numel, t->itemsize, &t->nbytes)) BAD(TZR_ELIMIT, "byte size overflows");
-    t->header_offset = e->header_offset;
-    t->data_offset = e->data_offset;
-    t->data_length = e->data_length;
-    t->meta = e->data_length == 0 && t->nbytes > 0;
-    t->stored_length = e->data_length;
-    t->uncompressed_length = t->meta ? 0 : t->nbytes;
-    t->compression = r->comp_info ? -1 : TZR_COMPRESSION_NONE; /* known with the header */
-    t->byte_planes = 1;
+    *dims_used += e->ndim;
+    for (uint32_t d = 0; d < e->ndim; d++) shape[d] = tzr_ld32(e->dims + 4 * d);
+    tensor_row row = {name,           e->name_len,     (tzr_tensor_type)e->type, -1, e->ndim, shape,
+                      e->header_offset, e->data_offset, e->data_length,
+                      r->comp_info ? -1 : TZR_COMPRESSION_NONE}; /* compression: known with the header */
+    int over = reader_fill_info(t, &row, memo);
+    if (over == READER_FILL_NUMEL) BAD(TZR_ELIMIT, "shape overflows");
+    if (over) BAD(TZR_ELIMIT, "byte size overflows");
     uint64_t end;
     if (e->header_offset < data_start || e->header_offset < *prev_end)
         BAD(TZR_EFORMAT, "header offset %llu overlaps the index or the previous tensor",

@@ -23,11 +23,8 @@ typedef struct put_state {
     tzr_reader *r;
     int rc_grow;             /* out of memory growing the table */
     /* Consecutive tensors mostly share a dtype: its string parsed once. */
-    tzr_dtype st_dt, dt;
-    const char *dtype;       /* a static string, NUL-terminated at dlen */
-    size_t dlen;
-    uint32_t itemsize;
-    int opaque;
+    tzr_dtype st_dt;
+    dtype_memo memo;         /* its tensorizer form (a static string) */
     int unsorted;            /* an entry starts before the previous one */
     uint64_t prev_off;
     /* While in file order: the furthest-reaching tensor with bytes so
@@ -78,32 +75,22 @@ static int put_tensor(void *ctx, size_t i, const tzr_st_tensor *st) {
     int rc = room(r, i);
     if (rc) return rc;
     if (i == 0 || st->dtype != ps->st_dt) {
-        if (!(ps->dtype = tzr_dtype_string(st->dtype, &ps->dlen)))
+        size_t dlen;
+        const char *dtype = tzr_dtype_string(st->dtype, &dlen);
+        if (!dtype)
             return tzr_fail(TZR_ENOTSUP, "%s: tensor '%s': dtype %s has no tensorizer form", r->src->name, st->name,
                             st->st_dtype);
-        if ((rc = tzr_dtype_parse(ps->dtype, ps->dlen, &ps->dt, &ps->itemsize, &ps->opaque))) return rc;
+        if ((rc = reader_memo_dtype(&ps->memo, dtype, dlen))) return rc;
         ps->st_dt = st->dtype;
     }
     tensor_slot *s = &r->t[i];
     if (i < ps->high) memset(s, 0, sizeof *s); /* a retry: the slot holds the first pass's entry */
     else ps->high = i + 1; /* fresh pages are zero: writing them again cost a pass */
     tzr_tensor_info *t = &s->info;
-    t->name = st->name;
-    t->name_len = st->name_len;
-    t->type = TZR_STATE_DICT;
-    t->dtype_str = ps->dtype;
-    t->dtype_len = ps->dlen;
-    t->dtype = ps->dt;
-    t->itemsize = ps->itemsize;
-    t->opaque = ps->opaque;
-    t->ndim = st->ndim;
-    t->numel = 1;
-    for (uint32_t d = 0; d < st->ndim; d++) t->numel *= st->shape[d];
-    t->shape = st->shape;
-    t->nbytes = st->nbytes; /* checked against shape and dtype by the parser */
-    t->header_offset = t->data_offset = st->data_offset;
-    t->data_length = t->stored_length = t->uncompressed_length = st->nbytes;
-    t->byte_planes = 1;
+    /* No header: it "starts" where the data does, and holds nothing. */
+    tensor_row row = {st->name, st->name_len, TZR_STATE_DICT, 0, st->ndim, st->shape,
+                      st->data_offset, st->data_offset, st->nbytes, TZR_COMPRESSION_NONE};
+    (void)reader_fill_info(t, &row, &ps->memo); /* cannot overflow: the parse checked shape and size */
     s->hdr = &r->st_header;
     s->hdr_bytes = (uint8_t *)&r->st_header; /* "read": there is nothing to read */
     reader_count_tensor(r, t);

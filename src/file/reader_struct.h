@@ -71,6 +71,42 @@ struct tzr_reader {
     uint8_t *st_json;       /* its header when read at open: names point into it */
 };
 
+/* The dtype of the tensor last put in the table: consecutive tensors
+ * mostly share one, parsed once. */
+typedef struct dtype_memo {
+    const char *dtype; /* kept as long as the reader; NULL before the first */
+    size_t dtype_len;
+    tzr_dtype parsed;
+    uint32_t itemsize;
+    int opaque;
+} dtype_memo;
+
+/* One tensor as either index form (a .tensors index entry, a safetensors
+ * header entry) gives it, after that form's own checks: name, dtype and
+ * shape are kept as long as the reader. */
+typedef struct tensor_row {
+    const char *name;
+    size_t name_len;
+    tzr_tensor_type type;
+    int module_idx;         /* -1: known with the tensor's header */
+    uint32_t ndim;
+    const uint64_t *shape;
+    uint64_t header_offset, data_offset, data_length;
+    int compression;        /* -1: known with the tensor's header */
+} tensor_row;
+
+/* Parse dtype (len bytes, kept) into m; m is unchanged on failure (the
+ * code of tzr_dtype_parse, its message set). */
+TZR_HIDDEN int reader_memo_dtype(dtype_memo *m, const char *dtype, size_t len);
+/* Tensor t's table row from row and the dtype in m: numel and nbytes
+ * from the shape, the stored lengths from data_length (meta when it is 0
+ * for a tensor with bytes). The one fill of both forms; it leaves
+ * `structured`, `encrypted` and the frame fields to the caller.
+ * READER_FILL_NUMEL / READER_FILL_NBYTES: that product overflows (the
+ * caller words the error). */
+#define READER_FILL_NUMEL 1
+#define READER_FILL_NBYTES 2
+TZR_HIDDEN int reader_fill_info(tzr_tensor_info *t, const tensor_row *row, const dtype_memo *m);
 /* Fill r (source, options set) from a safetensors file whose first
  * head_len bytes are head. */
 TZR_HIDDEN int reader_open_safetensors(tzr_reader *r, const uint8_t *head, size_t head_len);
