@@ -10,6 +10,7 @@
 #include "internal.h"
 #include "mem.h"
 #include "tzr_safetensors.h"
+#include "json_scan.h"
 #include "st_internal.h"
 
 #include <errno.h>
@@ -384,75 +385,6 @@ out:
  * ST_RETRY and the tree parse reports it. */
 #define ST_RETRY 1
 
-static int json_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-/* End of the JSON string starting at p[i] == '"' (one past its closing
- * quote), or 0 when it does not end. */
-static size_t scan_string(const uint8_t *p, size_t n, size_t i) {
-    for (i++; i < n; i++) {
-        if (p[i] == '\\') i++;
-        else if (p[i] == '"') return i + 1;
-    }
-    return 0;
-}
-
-/* End of the JSON value starting at p[i], or 0. Only delimits: jansson
- * checks it. */
-static size_t scan_value(const uint8_t *p, size_t n, size_t i) {
-    if (i >= n) return 0;
-    if (p[i] == '"') return scan_string(p, n, i);
-    if (p[i] == '{' || p[i] == '[') {
-        size_t depth = 0;
-        for (; i < n; i++) {
-            if (p[i] == '"') {
-                if (!(i = scan_string(p, n, i))) return 0;
-                i--;
-            } else if (p[i] == '{' || p[i] == '[') depth++;
-            else if (p[i] == '}' || p[i] == ']') {
-                if (--depth == 0) return i + 1;
-            }
-        }
-        return 0;
-    }
-    while (i < n && !json_ws(p[i]) && p[i] != ',' && p[i] != '}' && p[i] != ']') i++;
-    return i;
-}
-
-/* scan_string, and whether the string's bytes are plain (printable ASCII,
- * no escapes: then they are the string) in the same pass. */
-static size_t scan_plain(const uint8_t *p, size_t n, size_t i, int *plain) {
-    int ok = 1;
-    /* Eight bytes at a time up to the first quote, backslash, control or
-     * non-ASCII byte (a 48-byte name took 48 rounds of the byte loop),
-     * which the byte loop then takes. Each term's high bit is set in a
-     * byte of that kind (the zero-byte test on w ^ c; bytes under 0x20;
-     * bytes from 0x80); a borrow can set it in bytes above such a byte,
-     * never below, so the lowest set bit is the first one exactly. */
-    const uint64_t ones = 0x0101010101010101ull, highs = ones << 7;
-    for (i++; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\'), d = w ^ (ones * 0x7f);
-        uint64_t m = (((q - ones) & ~q) | ((b - ones) & ~b) | ((d - ones) & ~d) | ((w - ones * 0x20) & ~w) | w) & highs;
-        if (m) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-            i += (size_t)__builtin_ctzll(m) >> 3; /* (elsewhere the byte loop takes the whole word) */
-#endif
-            break;
-        }
-    }
-    for (; i < n; i++) {
-        uint8_t c = p[i];
-        if (c == '"') {
-            *plain = ok;
-            return i + 1;
-        }
-        if (c == '\\') ok = 0, i++;
-        else if (c < 0x20 || c >= 0x7f) ok = 0;
-    }
-    return 0;
-}
-
 /* ---- the usual entry without a JSON tree
  * {"dtype":"BF16","shape":[2048],"data_offsets":[0,4096]}: the three
  * fields once each in any order, a plain ASCII dtype, integers of at most
@@ -476,44 +408,6 @@ static inline int same(const uint8_t *a, const char *b, size_t n) {
     return 1;
 }
 
-static size_t skip_ws(const uint8_t *p, size_t n, size_t i) {
-    while (i < n && json_ws(p[i])) i++;
-    return i;
-}
-
-static size_t fast_uint(const uint8_t *p, size_t n, size_t i, uint64_t *v) {
-    size_t start = i;
-    uint64_t x = 0;
-    /* One bound for the loop (the end of the bytes, or 19 digits: one
-     * past what is taken) and one unsigned compare per digit: this loop
-     * was ~15% of a 100k-tensor open. */
-    size_t lim = n - i < 19 ? n : i + 19;
-    unsigned d;
-    while (i < lim && (d = (unsigned)p[i] - '0') < 10) x = x * 10 + d, i++;
-    size_t len = i - start;
-    if (len == 0 || len > 18 || (len > 1 && p[start] == '0')) return 0;
-    if (i < n && (p[i] == '.' || p[i] == 'e' || p[i] == 'E' || (p[i] >= '0' && p[i] <= '9'))) return 0;
-    *v = x;
-    return i;
-}
-
-/* "[" uint ("," uint)* "]" or "[]": *count values into v (at most cap). */
-static size_t fast_uints(const uint8_t *p, size_t n, size_t i, uint64_t *v, size_t cap, size_t *count) {
-    if (i >= n || p[i] != '[') return 0;
-    *count = 0;
-    i = skip_ws(p, n, i + 1);
-    if (i < n && p[i] == ']') return i + 1;
-    for (;;) {
-        if (*count == cap || !(i = fast_uint(p, n, i, &v[*count]))) return 0;
-        ++*count;
-        if (i < n && json_ws(p[i])) i = skip_ws(p, n, i); /* (writers put none) */
-        if (i < n && p[i] == ']') return i + 1;
-        if (i >= n || p[i] != ',') return 0;
-        i++;
-        if (i < n && json_ws(p[i])) i = skip_ws(p, n, i);
-    }
-}
-
 /* The form writers emit, {"dtype":"BF16","shape":[2048],"data_offsets":[0,4096]}
  * without spaces, by literal pieces (finding each key was most of an
  * entry's time): where its closing '}' is (p[i] == '{'), or 0 for any
@@ -531,9 +425,9 @@ static size_t canonical(const uint8_t *p, size_t n, size_t i, char *dtype, size_
     if (*dl < 16 && n - d >= 16) memcpy(dtype, p + d, 16);
     else memcpy(dtype, p + d, *dl);
     dtype[*dl] = 0;
-    if (!(i = fast_uints(p, n, i + sizeof k2 - 1, shape, TZR_MAX_DIMS, ndim))) return 0;
+    if (!(i = tzr_js_uints(p, n, i + sizeof k2 - 1, shape, TZR_MAX_DIMS, ndim))) return 0;
     if (n - i < sizeof k3 - 1 || !same(p + i, k3, sizeof k3 - 1)) return 0;
-    if (!(i = fast_uints(p, n, i + sizeof k3 - 1, off, 3, noff)) || *noff != 2) return 0;
+    if (!(i = tzr_js_uints(p, n, i + sizeof k3 - 1, off, 3, noff)) || *noff != 2) return 0;
     return i < n && p[i] == '}' ? i : 0;
 }
 
@@ -546,7 +440,7 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, int in_plac
     uint64_t local[TZR_MAX_DIMS], off[3], *shape = local;
     size_t ndim = 0, noff = 0, dl = 0;
     int seen = 0; /* bits: dtype, shape, data_offsets */
-    size_t i = skip_ws(p, n, 0);
+    size_t i = tzr_js_skip_ws(p, n, 0);
     if (klen == 0 || i >= n || p[i] != '{') return 0;
     if (in_place) {
         /* The shape is parsed where it is kept (copying it was an inline
@@ -560,18 +454,18 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, int in_plac
     }
     size_t c = canonical(p, n, i, dtype, sizeof dtype, &dl, shape, &ndim, off, &noff);
     if (c) seen = 7, i = c;
-    else i = skip_ws(p, n, i + 1);
+    else i = tzr_js_skip_ws(p, n, i + 1);
     while (seen != 7) {
         if (i >= n || p[i] != '"') return 0;
-        size_t ke = scan_string(p, n, i);
+        size_t ke = tzr_js_string_end(p, n, i);
         if (!ke) return 0;
         const uint8_t *k = p + i + 1;
         size_t kl = ke - i - 2;
-        i = skip_ws(p, n, ke);
+        i = tzr_js_skip_ws(p, n, ke);
         if (i >= n || p[i] != ':') return 0;
-        i = skip_ws(p, n, i + 1);
+        i = tzr_js_skip_ws(p, n, i + 1);
         if (kl == 5 && same(k, "dtype", 5) && !(seen & 1)) {
-            size_t ve = i < n && p[i] == '"' ? scan_string(p, n, i) : 0;
+            size_t ve = i < n && p[i] == '"' ? tzr_js_string_end(p, n, i) : 0;
             if (!ve || ve - i - 2 >= sizeof dtype) return 0;
             for (size_t j = i + 1; j < ve - 1; j++)
                 if (p[j] < 0x20 || p[j] >= 0x7f || p[j] == '\\') return 0;
@@ -581,16 +475,16 @@ static int fast_tensor(tzr_st_file *f, const char *key, size_t klen, int in_plac
             i = ve;
             seen |= 1;
         } else if (kl == 5 && same(k, "shape", 5) && !(seen & 2)) {
-            if (!(i = fast_uints(p, n, i, shape, TZR_MAX_DIMS, &ndim))) return 0;
+            if (!(i = tzr_js_uints(p, n, i, shape, TZR_MAX_DIMS, &ndim))) return 0;
             seen |= 2;
         } else if (kl == 12 && same(k, "data_offsets", 12) && !(seen & 4)) {
-            if (!(i = fast_uints(p, n, i, off, 3, &noff)) || noff != 2) return 0;
+            if (!(i = tzr_js_uints(p, n, i, off, 3, &noff)) || noff != 2) return 0;
             seen |= 4;
         } else {
             return 0;
         }
-        i = skip_ws(p, n, i);
-        if (i < n && p[i] == ',' && seen != 7) i = skip_ws(p, n, i + 1);
+        i = tzr_js_skip_ws(p, n, i);
+        if (i < n && p[i] == ',' && seen != 7) i = tzr_js_skip_ws(p, n, i + 1);
         else if (seen != 7) return 0;
     }
     if (i >= n || p[i] != '}') return 0;
@@ -658,18 +552,18 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
     const uint8_t *p = f->base + 8;
     size_t len = (size_t)n, i = 0;
     int have_meta = 0;
-    while (i < len && json_ws(p[i])) i++;
+    while (i < len && tzr_js_ws(p[i])) i++;
     if (i >= len || p[i] != '{') return ST_RETRY;
-    for (i++; i < len && json_ws(p[i]); i++) {}
+    for (i++; i < len && tzr_js_ws(p[i]); i++) {}
     if (i < len && p[i] == '}') goto end;
     for (;;) {
         if (i >= len || p[i] != '"') return ST_RETRY;
         int plain = 0;
-        size_t ks = i, ke = scan_plain(p, len, i, &plain);
+        size_t ks = i, ke = tzr_js_plain_end(p, len, i, &plain);
         if (!ke) return ST_RETRY;
-        for (i = ke; i < len && json_ws(p[i]); i++) {}
+        for (i = ke; i < len && tzr_js_ws(p[i]); i++) {}
         if (i >= len || p[i] != ':') return ST_RETRY;
-        for (i++; i < len && json_ws(p[i]); i++) {}
+        for (i++; i < len && tzr_js_ws(p[i]); i++) {}
         size_t vs = i, ve, used;
         /* A plain ASCII key is its bytes; others are decoded by jansson. */
         const char *key = (const char *)p + ks + 1;
@@ -693,7 +587,7 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
                 goto next;
             }
         }
-        if (!(ve = scan_value(p, len, vs))) {
+        if (!(ve = tzr_js_value_end(p, len, vs))) {
             json_decref(jk);
             return ST_RETRY;
         }
@@ -717,13 +611,13 @@ static int parse_linear(tzr_st_file *f, uint64_t n, uint64_t data_len) {
         json_decref(jk);
         if (rc) return rc;
     next:
-        for (i = ve; i < len && json_ws(p[i]); i++) {}
+        for (i = ve; i < len && tzr_js_ws(p[i]); i++) {}
         if (i < len && p[i] == '}') break;
         if (i >= len || p[i] != ',') return ST_RETRY;
-        for (i++; i < len && json_ws(p[i]); i++) {}
+        for (i++; i < len && tzr_js_ws(p[i]); i++) {}
     }
 end:
-    for (i++; i < len && json_ws(p[i]); i++) {}
+    for (i++; i < len && tzr_js_ws(p[i]); i++) {}
     return i == len ? 0 : ST_RETRY;
 }
 
