@@ -1008,6 +1008,91 @@ static void index_window(void) {
     unlink(path);
 }
 
+/* A large index has its names entered on a helper thread while the parse
+ * goes on (TZR_INDEX_THREAD=0: after it, on the opening thread). Both
+ * paths, each checked to be taken: the same lookups and bytes, the same
+ * first duplicate (across the helper's batches of 4096), and a parse error
+ * after a duplicate still wins, as in the one-thread order. */
+extern atomic_size_t tzr_reader_helper_names;
+extern atomic_int tzr_reader_helper_sync;
+
+static void index_names_helper(void) {
+    char path[600], bad[600];
+    snprintf(path, sizeof path, "%s/names.tensors", check_tmpdir());
+    snprintf(bad, sizeof bad, "%s/names-bad.tensors", check_tmpdir());
+    gen_spec many = {20000, 64, 16, 0, NULL};
+    CHECK_OK(gen_write(&many, path));
+    size_t len = 0;
+    uint8_t *b = check_read_file(path, &len);
+    CHECK(b != NULL);
+    if (!b) return;
+    uint8_t *m = malloc(len);
+    size_t e10000 = entry_at(b, 10000), e11000 = entry_at(b, 11000), e12000 = entry_at(b, 12000);
+    size_t e19000 = entry_at(b, 19000);
+    size_t e19999 = entry_at(b, 19999);
+    /* 0: no helper; 1: the parse waits for it after each batch, so it
+     * enters all 9 whole batches of 2048 and the opener the last 1568;
+     * 2: as in use, any share of whole batches. */
+    for (int helper = 0; helper < 3; helper++) {
+        if (helper) unsetenv("TZR_INDEX_THREAD");
+        else setenv("TZR_INDEX_THREAD", "0", 1);
+        atomic_store(&tzr_reader_helper_sync, helper == 1);
+        size_t before = atomic_load(&tzr_reader_helper_names);
+        tzr_reader *r = open_r(path, NULL, 0);
+        size_t helped = atomic_load(&tzr_reader_helper_names) - before;
+        CHECKF(helper == 0 ? helped == 0 : helper == 1 ? helped == 9 * 2048 : helped <= 9 * 2048 && helped % 2048 == 0,
+               "helper %d: %zu", helper, helped);
+        if (r) {
+            CHECK(tzr_reader_count(r) == 20000);
+            static const size_t probe[] = {0, 1, 4095, 4096, 4097, 8191, 16384, 19998, 19999};
+            for (size_t k = 0; k < sizeof probe / sizeof probe[0]; k++) {
+                char nm[64];
+                size_t at = (size_t)-1;
+                snprintf(nm, sizeof nm, "layers.%zu.weight", probe[k]);
+                CHECK_OK(tzr_reader_find(r, nm, strlen(nm), &at));
+                CHECKF(at == probe[k], "%s at %zu", nm, at);
+            }
+            CHECK_RC(tzr_reader_find(r, "layers.20000.weight", 19, &(size_t){0}), TZR_ENOTFOUND);
+            tzr_sink *sink = NULL;
+            CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+            CHECK_OK(tzr_load(r, sink, NULL, NULL));
+            check_host(sink, r, &many);
+            tzr_sink_free(sink);
+            tzr_reader_free(r);
+        }
+        char want[200];
+        /* Entry 19000 named as entry 10000, and 12000 as 11000 (another
+         * batch): the first duplicate in index order is 12000. */
+        memcpy(m, b, len);
+        memcpy(m + e19000 + 2, b + e10000 + 2, 19);
+        memcpy(m + e12000 + 2, b + e11000 + 2, 19);
+        CHECK(check_write_file(bad, m, len) == 0);
+        r = NULL;
+        CHECK_RC(tzr_reader_open(&r, bad, NULL), TZR_EDUP);
+        snprintf(want, sizeof want, "index entry 12000 at offset %zu", e12000);
+        CHECKF(strstr(tzr_last_error(), want) && strstr(tzr_last_error(), "also entry 11000"), "%s", tzr_last_error());
+        /* 19000 named as 10000 alone: found across batches. */
+        memcpy(m, b, len);
+        memcpy(m + e19000 + 2, b + e10000 + 2, 19);
+        CHECK(check_write_file(bad, m, len) == 0);
+        CHECK_RC(tzr_reader_open(&r, bad, NULL), TZR_EDUP);
+        snprintf(want, sizeof want, "index entry 19000 at offset %zu", e19000);
+        CHECKF(strstr(tzr_last_error(), want) && strstr(tzr_last_error(), "also entry 10000"), "%s", tzr_last_error());
+        /* That duplicate, and the index cut inside its last entry: the parse error wins. */
+        put64(m + 65, e19999 + 10 - 73);
+        CHECK(check_write_file(bad, m, len) == 0);
+        CHECK_RC(tzr_reader_open(&r, bad, NULL), TZR_EFORMAT);
+        snprintf(want, sizeof want, "index entry 19999 at offset %zu runs past", e19999);
+        CHECKF(strstr(tzr_last_error(), want) != NULL, "%s", tzr_last_error());
+    }
+    unsetenv("TZR_INDEX_THREAD");
+    atomic_store(&tzr_reader_helper_sync, 0);
+    free(m);
+    free(b);
+    unlink(bad);
+    unlink(path);
+}
+
 /* Open reads the prologue and the start of the index together: one read
  * when the entries end within it; for the rest of a larger index (3000
  * entries pass 64 KiB) one more read where reads are requests, and on a
@@ -1129,6 +1214,7 @@ int main(void) {
     RUN(direct_io);
     RUN(open_reads);
     RUN(index_window);
+    RUN(index_names_helper);
     RUN(scatter_fallback);
     RUN(host_one_block);
     return check_done();
