@@ -1,6 +1,7 @@
 /* Reader: validates the prologue and index up front, reads tensor headers
  * on demand (or all at open), then data with decryption and verification.
  * Positional reads only, so any thread may read any tensor. */
+#include "thread.h"
 #include "codec.h"
 #include "compress.h"
 #include "crypt.h"
@@ -267,7 +268,7 @@ static int names_helper_start(names_helper *h, tzr_reader *r) {
     h->r = r;
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
-    if (pthread_create(&h->th, NULL, names_main, h) == 0) return 1;
+    if (tzr_thread_start(&h->th, names_main, h) == 0) return 1;
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     return 0; /* the names go in after the parse, as without the helper */
