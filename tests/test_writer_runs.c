@@ -4,7 +4,8 @@
  * runs, thousands of small tensors go out in a few large writes (counted
  * at the output) instead of two writes each. A write that fails in the
  * middle of a run fails the write naming the run's tensors and the offset,
- * and leaves neither the target nor the temporary file. */
+ * and leaves neither the target nor the temporary file. The same for the
+ * safetensors writer's puts. */
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -13,6 +14,7 @@
 
 #include "check.h"
 #include "tzr.h"
+#include "tzr_safetensors.h"
 
 #define NS 3000
 static uint8_t *blob;
@@ -166,9 +168,77 @@ static void failure_mid_run(void) {
     src->destroy(src);
 }
 
+/* The safetensors writer: every tensor put in two pieces, in order or
+ * backwards (order: 0 forwards, 1 backwards). */
+static int st_write(tzr_output *out, int runs, int order) {
+    static tzr_st_tensor decl[NS];
+    for (int i = 0; i < NS; i++)
+        decl[i] = (tzr_st_tensor){names[i], strlen(names[i]), "U8", TZR_DTYPE_U8, 1, shapes[i], 0, lens[i]};
+    if (runs) unsetenv("TZR_WRITER_RUNS");
+    else setenv("TZR_WRITER_RUNS", "0", 1);
+    tzr_st_writer *w = NULL;
+    int rc = tzr_st_writer_open(&w, out, decl, NS, NULL, NULL, 0);
+    unsetenv("TZR_WRITER_RUNS");
+    for (int k = 0; k < NS && !rc; k++) {
+        int i = order ? NS - 1 - k : k;
+        size_t half = (size_t)lens[i] / 2;
+        rc = tzr_st_writer_put(w, (size_t)i, 0, blob + offs[i], half);
+        if (!rc) rc = tzr_st_writer_put(w, (size_t)i, half, blob + offs[i] + half, (size_t)lens[i] - half);
+    }
+    if (rc) {
+        tzr_st_writer_abort(w);
+        return rc;
+    }
+    return tzr_st_writer_close(w);
+}
+
+static void st_same_bytes_fewer_writes(void) {
+    make_blob();
+    mem_out ref;
+    mo_init(&ref);
+    CHECK_OK(st_write(&ref.base, 0, 0));
+    CHECKF(ref.writes >= 2 * (NS - NS / 700), "%ld writes without runs", ref.writes);
+    for (int order = 0; order < 2; order++) {
+        mem_out m;
+        mo_init(&m);
+        CHECK_OK(st_write(&m.base, 1, order));
+        CHECKF(m.size == ref.size && memcmp(m.buf, ref.buf, ref.size) == 0, "order %d: bytes differ", order);
+        if (!order) CHECKF(m.writes <= 30, "%ld writes with runs", m.writes);
+        free(m.buf);
+    }
+    free(ref.buf);
+}
+
+static void st_failure_mid_run(void) {
+    make_blob();
+    char dir[512], out[600];
+    snprintf(dir, sizeof dir, "%s/stfail", check_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(out, sizeof out, "%s/f.safetensors", dir);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    tzr_output *o = NULL;
+    CHECK_OK(tzr_output_open_file(&o, out));
+    lim = old;
+    lim.rlim_cur = 1 << 20; /* inside the first 2 MiB run */
+    setrlimit(RLIMIT_FSIZE, &lim);
+    int rc = o ? st_write(o, 1, 0) : TZR_EIO;
+    setrlimit(RLIMIT_FSIZE, &old);
+    const char *msg = tzr_last_error();
+    CHECKF(rc == TZR_EIO, "rc %d: %s", rc, msg);
+    CHECKF(strstr(msg, "tensors 'w.0' to 'w.") && strstr(msg, "at offset") && strstr(msg, "File too large"),
+           "message: %s", msg);
+    struct stat st;
+    CHECK(stat(out, &st) != 0);
+    CHECKF(dir_entries(dir) == 0, "%d files left in %s", dir_entries(dir), dir);
+}
+
 int main(void) {
     RUN(same_bytes_fewer_writes);
     RUN(failure_mid_run);
+    RUN(st_same_bytes_fewer_writes);
+    RUN(st_failure_mid_run);
     free(blob);
     return check_done();
 }
