@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -80,6 +81,8 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
     w->pos = TZR_PROLOGUE_LEN + w->meta_size;
     w->version = 1;
     w->workers_wanted = opt->threads;
+    const char *runs = getenv("TZR_WRITER_RUNS");
+    w->runs = !(runs && strcmp(runs, "0") == 0);
     if (opt->compression != TZR_COMPRESSION_NONE) {
         uint64_t fs = opt->frame_size ? opt->frame_size : (uint64_t)4 << 20;
         if (!tzr_codec_find(opt->compression))
@@ -177,19 +180,21 @@ int writer_put(tzr_writer *w, const void *buf, uint64_t len, uint64_t off) {
 
 /* Stored bytes [off, off + n) of an encrypted record (off a whole number
  * of crypt chunks): each chunk hashed first when hs is given (plaintext),
- * sealed in the bounce buffer (the caller's data is left untouched),
- * written at its place, its MAC into the header. */
+ * sealed in the bounce buffer (the caller's data is left untouched) and
+ * written at its place, or with dst sealed at dst + off and not written;
+ * its MAC into the header. */
 static int seal_put(tzr_writer *w, writer_record *rec, const uint8_t *bytes, uint64_t n, uint64_t off,
-                    tzr_hasher *hs, uint8_t *bounce) {
+                    tzr_hasher *hs, uint8_t *bounce, uint8_t *dst) {
     int rc = 0;
     uint64_t chunk = off / TZR_CRYPT_CHUNK;
     for (uint64_t at = 0; at < n && !rc; at += TZR_CRYPT_CHUNK, chunk++) {
         size_t k = n - at < TZR_CRYPT_CHUNK ? (size_t)(n - at) : TZR_CRYPT_CHUNK;
+        uint8_t *to = dst ? dst + off + at : bounce;
         if (hs) tzr_hasher_update(hs, bytes + at, k);
-        memcpy(bounce, bytes + at, k);
-        rc = tzr_crypt_seal_chunk(rec->nonce, chunk, w->key, bounce, k,
+        if (to != bytes + at) memmove(to, bytes + at, k);
+        rc = tzr_crypt_seal_chunk(rec->nonce, chunk, w->key, to, k,
                                   rec->hdr + rec->slots.macs_at + chunk * TZR_MAC_BYTES);
-        if (!rc) rc = writer_put(w, bounce, k, rec->data_at + off + at);
+        if (!rc && !dst) rc = writer_put(w, bounce, k, rec->data_at + off + at);
     }
     return rc;
 }
@@ -344,14 +349,20 @@ int writer_record_begin(tzr_writer *w, const tzr_tensor_desc *d, int have_data, 
  * bounce: TZR_CRYPT_CHUNK bytes of scratch for encrypted records. */
 int writer_record_data(tzr_writer *w, writer_record *rec, const uint8_t *bytes, uint64_t n, uint64_t off,
                        uint8_t *bounce) {
-    if (rec->enc) return seal_put(w, rec, bytes, n, off, &rec->hs, bounce);
+    if (rec->enc) return seal_put(w, rec, bytes, n, off, &rec->hs, bounce, NULL);
     tzr_hasher_update(&rec->hs, bytes, (size_t)n);
     return writer_put(w, bytes, n, rec->data_at + off);
 }
 
-/* Hashes into the header, the header written; frees the record. */
-int writer_record_end(tzr_writer *w, writer_record *rec, int ok) {
-    int rc = 0;
+int writer_record_fill(tzr_writer *w, writer_record *rec, const uint8_t *bytes, uint64_t n, uint64_t off,
+                       uint8_t *dst) {
+    if (rec->enc) return seal_put(w, rec, bytes, n, off, &rec->hs, NULL, dst);
+    tzr_hasher_update(&rec->hs, bytes, (size_t)n);
+    if (dst + off != bytes) memcpy(dst + off, bytes, (size_t)n);
+    return 0;
+}
+
+static void record_hashes(writer_record *rec) {
     if (rec->hs_live) {
         uint32_t crc = 0;
         uint8_t sha[32];
@@ -361,10 +372,23 @@ int writer_record_end(tzr_writer *w, writer_record *rec, int ok) {
         memcpy(rec->hdr + rec->slots.sha256_at, sha, 32);
         memcpy(rec->sha256, sha, 32);
     }
+}
+
+/* Hashes into the header, the header written; frees the record. */
+int writer_record_end(tzr_writer *w, writer_record *rec, int ok) {
+    int rc = 0;
+    record_hashes(rec);
     if (ok && rec->hdr) rc = writer_put(w, rec->hdr, rec->hsize, rec->hdr_at);
     free(rec->hdr);
     rec->hdr = NULL;
     return rc;
+}
+
+void writer_record_end_into(writer_record *rec, uint8_t *dst) {
+    record_hashes(rec);
+    if (rec->hdr) memcpy(dst, rec->hdr, rec->hsize);
+    free(rec->hdr);
+    rec->hdr = NULL;
 }
 
 static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data) {
@@ -389,11 +413,27 @@ static int add_tensor(tzr_writer *w, const tzr_tensor_desc *d, const void *data)
         tzr_zdata_free(&z);
         return rc;
     }
+    if (writer_run_takes(w, &rec)) { /* built in the run, written with its neighbours */
+        char nb[TZR_NAMEBUF];
+        uint8_t *p = writer_run_place(w, &w->run, &rec, tzr_printable(d->name, d->name_len, nb, sizeof nb), &rc);
+        if (p && rec.compressed) {
+            tzr_hasher_update(&rec.hs, data, (size_t)data_length);
+            if (rec.enc) rc = seal_put(w, &rec, z.stored, z.stored_len, 0, NULL, NULL, p + rec.hsize);
+            else memcpy(p + rec.hsize, z.stored, z.stored_len);
+        } else if (p && data_length) {
+            rc = writer_record_fill(w, &rec, data, data_length, 0, p + rec.hsize);
+        }
+        tzr_zdata_free(&z);
+        if (p && !rc) writer_record_end_into(&rec, p);
+        else writer_record_end(w, &rec, 0);
+        if (!rc) memcpy(w->last_sha256, rec.sha256, 32);
+        return rc;
+    }
     uint8_t *bounce = rec.enc ? malloc(TZR_CRYPT_CHUNK) : NULL;
     if (rec.enc && !bounce) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     else if (rec.compressed) { /* hashes cover the uncompressed bytes; the stored ones are sealed unhashed */
         tzr_hasher_update(&rec.hs, data, (size_t)data_length);
-        rc = rec.enc ? seal_put(w, &rec, z.stored, z.stored_len, 0, NULL, bounce)
+        rc = rec.enc ? seal_put(w, &rec, z.stored, z.stored_len, 0, NULL, bounce, NULL)
                      : writer_put(w, z.stored, z.stored_len, rec.data_at);
     } else if (data_length) {
         rc = writer_record_data(w, &rec, data, data_length, 0, bounce);
@@ -422,6 +462,7 @@ static void writer_release(tzr_writer *w) {
     free(w->name_lens);
     free(w->index);
     free(w->dir);
+    free(w->run.buf);
     memset(w->key, 0, sizeof w->key);
     free(w);
 }
@@ -429,6 +470,7 @@ static void writer_release(tzr_writer *w) {
 int tzr_writer_close(tzr_writer *w) {
     if (!w) return tzr_fail(TZR_EINVAL, "NULL writer");
     int src = writer_stream_finish(w, 0); /* every record's data and header written */
+    if (!src && !w->failed) src = writer_run_flush(w, &w->run);
     if (src) {
         tzr_writer_abort(w);
         return src;

@@ -8,7 +8,10 @@
  * then write the completed header. Several tensors are in flight at once,
  * so one tensor's hashing overlaps another's I/O, and host memory is the
  * workers' buffers whatever the model size. tzr_writer_add_borrowed
- * queues the caller's memory the same way, with no copy. */
+ * queues the caller's memory the same way, with no copy. Small records
+ * are queued as runs of consecutive ones (writer_internal.h): the worker
+ * builds a run in its run buffer (the caller's memory is copied there) and
+ * writes it with one write. */
 #include "thread.h"
 #include "writer_internal.h"
 
@@ -27,7 +30,44 @@ struct write_job {
     uint8_t *sha_out; /* NULL, or where the header SHA-256 goes once written */
     char name[TZR_NAMEBUF];
     write_job *next;
+    write_job *more;  /* the next record of this job's run */
 };
+
+/* Free a job and the rest of its run, their records unwritten. */
+static void drop_jobs(tzr_writer *w, write_job *j) {
+    while (j) {
+        write_job *more = j->more;
+        writer_record_end(w, &j->rec, 0);
+        free(j);
+        j = more;
+    }
+}
+
+/* A run: each record built in r (bytes read straight into their place,
+ * hashed and sealed there), then the run written at once. */
+static int run_small(tzr_writer *w, write_job *j, writer_run *r) {
+    int rc = 0;
+    for (; j; j = j->more) {
+        if (!rc && __atomic_load_n(&w->cancel, __ATOMIC_RELAXED)) rc = tzr_fail(TZR_ECANCELED, "write canceled");
+        uint8_t *p = rc ? NULL : writer_run_place(w, r, &j->rec, j->name, &rc);
+        size_t n = (size_t)j->rec.data_length;
+        uint8_t *data = p ? p + j->rec.hsize : NULL;
+        if (p && !j->mem && (rc = j->src->read_at(j->src, data, n, j->src_off)))
+            rc = tzr_fail_prefix(rc, "%s: tensor '%s': reading its bytes at input offset %llu: ", w->out->name,
+                                 j->name, (unsigned long long)j->src_off);
+        else if (p && (rc = writer_record_fill(w, &j->rec, j->mem ? j->mem : data, n, 0, data)))
+            rc = tzr_fail_prefix(rc, "tensor '%s': ", j->name);
+        if (p && !rc) {
+            writer_record_end_into(&j->rec, p);
+            if (j->sha_out) memcpy(j->sha_out, j->rec.sha256, 32);
+        } else {
+            writer_record_end(w, &j->rec, 0);
+        }
+    }
+    if (!rc) return writer_run_flush(w, r);
+    r->len = r->count = 0;
+    return rc;
+}
 
 static int run_job(tzr_writer *w, write_job *j, uint8_t *buf, uint8_t *bounce) {
     int rc = 0;
@@ -62,6 +102,7 @@ static void *worker(void *arg) {
     tzr_writer *w = arg;
     uint8_t *buf = malloc(STREAM_CHUNK), *bounce = w->encrypted ? malloc(TZR_CRYPT_CHUNK) : NULL;
     int nomem = !buf || (w->encrypted && !bounce);
+    writer_run run = {0};
     pthread_mutex_lock(&w->jlock);
     for (;;) {
         while (!w->qhead && !w->stop) pthread_cond_wait(&w->jwork, &w->jlock);
@@ -74,10 +115,15 @@ static void *worker(void *arg) {
         int skip = w->cancel || w->job_rc;
         pthread_mutex_unlock(&w->jlock);
         int rc = 0;
-        if (skip) writer_record_end(w, &j->rec, 0);
-        else if (nomem) rc = tzr_fail(TZR_ENOMEM, "out of memory (writer buffers)"), writer_record_end(w, &j->rec, 0);
-        else rc = run_job(w, j, buf, bounce);
-        free(j);
+        if (skip) drop_jobs(w, j);
+        else if (nomem) rc = tzr_fail(TZR_ENOMEM, "out of memory (writer buffers)"), drop_jobs(w, j);
+        else if (j->more || writer_run_takes(w, &j->rec)) {
+            rc = run_small(w, j, &run);
+            for (write_job *more; j; j = more) more = j->more, free(j);
+        } else {
+            rc = run_job(w, j, buf, bounce);
+            free(j);
+        }
         pthread_mutex_lock(&w->jlock);
         if (rc && !w->job_rc) {
             int code = rc;
@@ -90,6 +136,7 @@ static void *worker(void *arg) {
     if (bounce) memset(bounce, 0, TZR_CRYPT_CHUNK);
     free(buf);
     free(bounce);
+    free(run.buf);
     return NULL;
 }
 
@@ -114,9 +161,29 @@ static int start_workers(tzr_writer *w) {
     return 0;
 }
 
+static void queue_job(tzr_writer *w, write_job *j) {
+    if (w->qtail) w->qtail->next = j;
+    else w->qhead = j;
+    w->qtail = j;
+    w->queued++;
+    pthread_cond_signal(&w->jwork);
+}
+
+/* The pending run to the workers (call with jlock held). */
+static void queue_pending(tzr_writer *w) {
+    if (w->pending) queue_job(w, w->pending);
+    w->pending = w->pending_tail = NULL;
+    w->pending_bytes = w->pending_count = 0;
+}
+
 int writer_stream_finish(tzr_writer *w, int cancel) {
     if (!w->workers) return 0;
     pthread_mutex_lock(&w->jlock);
+    if (cancel) {
+        drop_jobs(w, w->pending);
+        w->pending = NULL;
+    }
+    queue_pending(w);
     w->stop = 1;
     if (cancel) __atomic_store_n(&w->cancel, 1, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&w->jwork);
@@ -206,11 +273,21 @@ static int enqueue(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src, uin
     j->sha_out = sha_out;
     tzr_printable(d->name, d->name_len, j->name, sizeof j->name);
     pthread_mutex_lock(&w->jlock);
-    if (w->qtail) w->qtail->next = j;
-    else w->qhead = j;
-    w->qtail = j;
-    w->queued++;
-    pthread_cond_signal(&w->jwork);
+    if (writer_run_takes(w, &j->rec)) { /* joins the pending run, which goes when it cannot grow */
+        size_t n = (size_t)(j->rec.hsize + j->rec.stored_len);
+        if (w->pending && (w->pending_end != j->rec.hdr_at || w->pending_bytes + n > RUN_BYTES ||
+                           w->pending_count == RUN_RECORDS))
+            queue_pending(w);
+        if (w->pending_tail) w->pending_tail->more = j;
+        else w->pending = j;
+        w->pending_tail = j;
+        w->pending_end = j->rec.data_at + j->rec.stored_len;
+        w->pending_bytes += n;
+        w->pending_count++;
+    } else {
+        queue_pending(w); /* keeps the records roughly in file order */
+        queue_job(w, j);
+    }
     pthread_mutex_unlock(&w->jlock);
     return 0;
 }

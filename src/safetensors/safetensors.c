@@ -12,6 +12,7 @@
 #include "tzr_safetensors.h"
 #include "json_scan.h"
 #include "st_internal.h"
+#include "st_run.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -998,6 +999,7 @@ struct tzr_st_writer {
     uint64_t data_start; /* 8 + padded header length */
     wtensor *t;
     size_t n;
+    st_run run; /* small puts written together */
 };
 
 static void writer_free(tzr_st_writer *w) {
@@ -1006,6 +1008,7 @@ static void writer_free(tzr_st_writer *w) {
         free(w->t[i].spans);
     }
     free(w->t);
+    st_run_free(&w->run);
     free(w);
 }
 
@@ -1155,6 +1158,7 @@ int tzr_st_writer_open(tzr_st_writer **out, tzr_output *output, const tzr_st_ten
         goto fail;
     }
     w->out = output;
+    st_run_init(&w->run);
     for (size_t i = 0; i < n; i++) {
         w->n = i + 1; /* entries [0, n) are freed by writer_free */
         if ((rc = check_decl(&tensors[i], i, &w->t[i], &st_names[i]))) goto fail;
@@ -1237,6 +1241,16 @@ static int span_add(wtensor *t, uint64_t a, uint64_t b) {
     return 0;
 }
 
+/* A failed write: name the run's tensors when it was the run's. */
+static int run_failure(tzr_st_writer *w, int rc) {
+    if (!w->run.run_failed) return rc;
+    char a[TZR_NAMEBUF], b[TZR_NAMEBUF];
+    const wtensor *f = &w->t[w->run.first], *l = &w->t[w->run.last];
+    return tzr_fail_prefix(rc, "safetensors writer: tensors '%s' to '%s' (written as one): ",
+                           tzr_printable(f->name, f->name_len, a, sizeof a),
+                           tzr_printable(l->name, l->name_len, b, sizeof b));
+}
+
 int tzr_st_writer_put(tzr_st_writer *w, size_t i, uint64_t off, const void *data, size_t len) {
     if (!w) return tzr_fail(TZR_EINVAL, "tzr_st_writer_put: NULL writer");
     if (i >= w->n)
@@ -1251,14 +1265,15 @@ int tzr_st_writer_put(tzr_st_writer *w, size_t i, uint64_t off, const void *data
     if (len == 0) return 0;
     if (!data) return tzr_fail(TZR_EINVAL, "tzr_st_writer_put: NULL data");
     /* Cannot overflow: data_start + every tensor's end was checked to fit. */
-    int rc = w->out->pwrite_at(w->out, data, len, w->data_start + t->off + off);
-    if (rc) return rc;
+    int rc = st_run_put(&w->run, w->out, data, len, w->data_start + t->off + off, i);
+    if (rc) return run_failure(w, rc);
     return span_add(t, off, end);
 }
 
 int tzr_st_writer_close(tzr_st_writer *w) {
     if (!w) return tzr_fail(TZR_EINVAL, "tzr_st_writer_close: NULL writer");
-    int rc = 0;
+    int rc = st_run_flush(&w->run, w->out);
+    if (rc) rc = run_failure(w, rc);
     for (size_t i = 0; i < w->n && !rc; i++) {
         wtensor *t = &w->t[i];
         if (t->nbytes == 0 || (t->nspans == 1 && t->spans[0].a == 0 && t->spans[0].b == t->nbytes))
