@@ -75,13 +75,18 @@ def _bytes_view(untyped):
 
 
 # ------------------------------------------------------------------ pickling
-def _wrap_subclass_hook(cls, name, wrap):
+_NOT_OURS = object()  # what a hook's own part returns for another's object
+
+
+def _wrap_subclass_hook(cls, name, ours):
     """torch 2 subclasses the pickle module's (Un)Pickler and defines the
-    hook as a method (torch 1.13 assigns it on the instance): wrap it there."""
+    hook as a method (torch 1.13 assigns it on the instance): replace it
+    there with one that asks ours(self, arg) first."""
     theirs = cls.__dict__.get(name)
     if callable(theirs):
         def hook(self, arg):
-            return wrap(self, lambda a: theirs(self, a))(arg)
+            mine = ours(self, arg)
+            return theirs(self, arg) if mine is _NOT_OURS else mine
         setattr(cls, name, hook)
 
 
@@ -93,7 +98,7 @@ class _Pickler(pickle.Pickler):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        _wrap_subclass_hook(cls, "persistent_id", _Pickler._tzr_wrap)
+        _wrap_subclass_hook(cls, "persistent_id", _Pickler._tzr_first)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -108,9 +113,13 @@ class _Pickler(pickle.Pickler):
 
     def _tzr_wrap(self, theirs):
         def persistent_id(obj):
-            mine = self._tzr_id(obj)
-            return theirs(obj) if mine is None else mine
+            mine = self._tzr_first(obj)
+            return theirs(obj) if mine is _NOT_OURS else mine
         return persistent_id
+
+    def _tzr_first(self, obj):
+        mine = self._tzr_id(obj)
+        return _NOT_OURS if mine is None else mine
 
     def _tzr_id(self, obj):
         if self._tzr_target is None or not torch.is_storage(obj):
@@ -152,7 +161,7 @@ class _Unpickler(pickle.Unpickler):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        _wrap_subclass_hook(cls, "persistent_load", _Unpickler._tzr_wrap)
+        _wrap_subclass_hook(cls, "persistent_load", _Unpickler._tzr_first)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -166,10 +175,14 @@ class _Unpickler(pickle.Unpickler):
 
     def _tzr_wrap(self, theirs):
         def persistent_load(pid):
-            if isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == _PID:
-                return self._tzr_storage(pid)
-            return theirs(pid)
+            mine = self._tzr_first(pid)
+            return theirs(pid) if mine is _NOT_OURS else mine
         return persistent_load
+
+    def _tzr_first(self, pid):
+        if isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == _PID:
+            return self._tzr_storage(pid)
+        return _NOT_OURS
 
     def _tzr_storage(self, pid):
         if pid[1] != 0:

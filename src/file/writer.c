@@ -4,6 +4,7 @@
 #include "names.h"
 #include "scheme.h"
 #include "writer_internal.h"
+#include "write_runs.h"
 #include "codec.h"
 
 #include <stddef.h>
@@ -81,8 +82,7 @@ int tzr_writer_open_output(tzr_writer **outp, tzr_output *output, const tzr_writ
     w->pos = TZR_PROLOGUE_LEN + w->meta_size;
     w->version = 1;
     w->workers_wanted = opt->threads;
-    const char *runs = getenv("TZR_WRITER_RUNS");
-    w->runs = !(runs && strcmp(runs, "0") == 0);
+    w->runs = tzr_write_runs_on();
     if (opt->compression != TZR_COMPRESSION_NONE) {
         uint64_t fs = opt->frame_size ? opt->frame_size : (uint64_t)4 << 20;
         if (!tzr_codec_find(opt->compression))

@@ -33,18 +33,14 @@ typedef struct writer_record {
 typedef struct write_job write_job;
 
 /* Small records built in memory and written as one run of consecutive
- * records: small writes leave small page-cache folios, and the file then
- * reads back at about half the speed of the same bytes written in large
- * pieces (as `cat` writes them). A record of at most RUN_SMALL bytes
- * (header and data) joins a run; a run is at most RUN_BYTES and RUN_RECORDS
- * records. TZR_WRITER_RUNS=0 in the environment turns runs off (the output
- * is byte for byte the same either way). */
-#define RUN_SMALL ((uint64_t)512 << 10)
-#define RUN_BYTES ((size_t)2 << 20)
+ * records (the sizes, the reason and the TZR_WRITER_RUNS switch:
+ * util/write_runs.h). A record of at most TZR_RUN_SMALL bytes (header and
+ * data) joins a run; a run is at most TZR_RUN_BYTES and RUN_RECORDS
+ * records (the worker path queues a run's records as one job list). */
 #define RUN_RECORDS 512
 
 typedef struct writer_run {
-    uint8_t *buf;            /* RUN_BYTES, allocated on first use */
+    uint8_t *buf;            /* TZR_RUN_BYTES, allocated on first use */
     uint64_t at;             /* file offset of buf[0] */
     size_t len;              /* bytes built so far */
     size_t count;            /* records in it */
@@ -114,6 +110,9 @@ TZR_HIDDEN int writer_record_end(tzr_writer *w, writer_record *rec, int ok);
 TZR_HIDDEN void writer_record_end_into(writer_record *rec, uint8_t *dst);
 /* Whether a record joins a run. */
 TZR_HIDDEN int writer_run_takes(const tzr_writer *w, const writer_record *rec);
+/* Whether a record of n bytes at `at` joins a run of `count` records and
+ * len bytes from run_at: it follows them, and the run has room for it. */
+TZR_HIDDEN int writer_run_extends(uint64_t run_at, size_t len, size_t count, uint64_t at, size_t n);
 /* Where in r the record goes (its header first): r is written out first
  * when the record does not follow it or does not fit. NULL: that write
  * failed (the message names r's tensors) or no memory. */

@@ -275,8 +275,8 @@ static int enqueue(tzr_writer *w, const tzr_tensor_desc *d, tzr_source *src, uin
     pthread_mutex_lock(&w->jlock);
     if (writer_run_takes(w, &j->rec)) { /* joins the pending run, which goes when it cannot grow */
         size_t n = (size_t)(j->rec.hsize + j->rec.stored_len);
-        if (w->pending && (w->pending_end != j->rec.hdr_at || w->pending_bytes + n > RUN_BYTES ||
-                           w->pending_count == RUN_RECORDS))
+        if (w->pending && !writer_run_extends(w->pending_end - w->pending_bytes, w->pending_bytes, w->pending_count,
+                                              j->rec.hdr_at, n))
             queue_pending(w);
         if (w->pending_tail) w->pending_tail->more = j;
         else w->pending = j;

@@ -1,16 +1,13 @@
 /* See st_run.h. */
 #include "st_run.h"
+#include "write_runs.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define ST_RUN_BYTES ((size_t)2 << 20)
-#define ST_RUN_SMALL ((size_t)512 << 10)
-
 void st_run_init(st_run *r) {
     memset(r, 0, sizeof *r);
-    const char *v = getenv("TZR_WRITER_RUNS");
-    r->off = v && strcmp(v, "0") == 0;
+    r->off = !tzr_write_runs_on();
 }
 
 static int slot_flush(st_run *r, st_slot *s, tzr_output *out) {
@@ -33,7 +30,7 @@ int st_run_flush(st_run *r, tzr_output *out) {
 
 int st_run_put(st_run *r, tzr_output *out, const void *data, size_t len, uint64_t at, size_t i) {
     r->run_failed = 0;
-    int small = !r->off && len <= ST_RUN_SMALL && len > 0;
+    int small = !r->off && len <= TZR_RUN_SMALL && len > 0;
     st_slot *to = NULL, *oldest = NULL, *empty = NULL;
     for (int k = 0; k < ST_RUNS; k++) {
         st_slot *s = &r->s[k];
@@ -46,7 +43,7 @@ int st_run_put(st_run *r, tzr_output *out, const void *data, size_t len, uint64_
         else if (s->len && (!oldest || s->used < oldest->used)) oldest = s;
     }
     if (!small) return out->pwrite_at(out, data, len, at);
-    if (to && to->len + len > ST_RUN_BYTES) { /* full: out, and start again here */
+    if (to && !tzr_run_extends(to->at, to->len, at, len)) { /* full: out, and start again here */
         int rc = slot_flush(r, to, out);
         if (rc) return rc;
     }
@@ -55,7 +52,7 @@ int st_run_put(st_run *r, tzr_output *out, const void *data, size_t len, uint64_
         int rc = slot_flush(r, to, out);
         if (rc) return rc;
     }
-    if (!to->buf && !(to->buf = malloc(ST_RUN_BYTES))) return out->pwrite_at(out, data, len, at);
+    if (!to->buf && !(to->buf = malloc(TZR_RUN_BYTES))) return out->pwrite_at(out, data, len, at);
     if (!to->len) to->at = at, to->first = i;
     memcpy(to->buf + to->len, data, len);
     to->len += len;

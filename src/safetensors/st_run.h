@@ -1,9 +1,8 @@
-/* The safetensors writer's runs: consecutive small puts gathered and
- * written with one positional write (small writes leave small page-cache
- * folios, and the file then reads back at half speed). Several runs are
- * open at once, since puts come from several pipeline threads, each in
- * order within its own range. Not thread-safe, like the writer's puts.
- * TZR_WRITER_RUNS=0 turns runs off. */
+/* The safetensors writer's runs (sizes, reason and switch:
+ * util/write_runs.h): consecutive small puts gathered and written with one
+ * positional write. Several runs are open at once, since puts come from
+ * several pipeline threads, each in order within its own range. Not
+ * thread-safe, like the writer's puts. */
 #ifndef TZR_ST_RUN_H
 #define TZR_ST_RUN_H
 
@@ -13,7 +12,7 @@
 #define ST_RUNS 8
 
 typedef struct st_slot {
-    uint8_t *buf;       /* ST_RUN_BYTES, on first use */
+    uint8_t *buf;       /* TZR_RUN_BYTES, on first use */
     uint64_t at;        /* file offset of buf[0] */
     size_t len;
     size_t first, last; /* the tensors in it, for messages */
