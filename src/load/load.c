@@ -345,7 +345,7 @@ static int can_overlap(pipeline *p, const plan_policy *pol, int nthreads) {
     tzr_reader *r = p->r;
     return nthreads >= 2 && !pol->pack_reads && !tzr_reader_encrypted(r) && !tzr_reader_compressed(r) && !p->has_sel &&
            !p->verify && !p->headers_read && pol->ring >= 2 * (pol->chunk + OVERLAP_HDR_ROOM) &&
-           16 + p->nselected + p->stored_bytes / pol->chunk <= ((size_t)1 << 24);
+           16 + p->nselected + p->stored_bytes / pol->chunk <= ((size_t)1 << 22); /* arrays at the bound */
 }
 
 /* Wait every outstanding fence (also after a failure, so no copy still
