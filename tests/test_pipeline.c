@@ -1191,6 +1191,186 @@ static void open_reads(void) {
     unlink(many_path);
 }
 
+/* Overlapped planning (local plaintext loads without verification:
+ * workers run the first units while the calling thread plans the rest).
+ * The hook holds planning back so workers catch up and wait. Every tensor
+ * is reported once, in order, and only once its bytes are in place; a
+ * cancel, a failure of planning part way (workers running) and a
+ * destination error while planning all stop it with their own error; a
+ * plan at its bound (every tensor just over a chunk: two pieces each)
+ * fits; TZR_PLAN_OVERLAP=0 loads the same. */
+extern int (*tzr_load_plan_hook)(size_t units);
+static volatile int hook_cancel_at, hook_fail_at, *hook_cancel;
+static int slow_plan(size_t units) {
+    if (hook_cancel && (int)units == hook_cancel_at) __atomic_store_n(hook_cancel, 1, __ATOMIC_RELAXED);
+    if (hook_fail_at && (int)units == hook_fail_at) return TZR_EIO;
+    if (units % 8 == 0) usleep(2000); /* the workers catch up */
+    return 0;
+}
+
+/* The bound file's tensors: 4097 bytes each. */
+static uint8_t *bound_bytes(size_t i) {
+    uint8_t *b = malloc(4097);
+    for (size_t k = 0; b && k < 4097; k++) b[k] = (uint8_t)(i * 31 + k * 7);
+    return b;
+}
+
+static int write_bound_file(const char *path, size_t n) {
+    tzr_writer *w;
+    int rc = tzr_writer_open(&w, path, NULL);
+    for (size_t i = 0; i < n && !rc; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "layers.%zu.weight", i);
+        uint64_t shape[1] = {4097};
+        uint8_t *data = bound_bytes(i);
+        tzr_tensor_desc d = {name, strlen(name), TZR_PARAM, (uint16_t)(i % 5), NULL, 0, TZR_DTYPE_U8, 1, shape, 0,
+                             sizeof(tzr_tensor_desc)};
+        rc = tzr_writer_add(w, &d, data);
+        free(data);
+    }
+    if (rc) {
+        tzr_writer_abort(w);
+        return rc;
+    }
+    return tzr_writer_close(w);
+}
+
+typedef struct seen {
+    tzr_sink *sink;
+    const gen_spec *spec;
+    size_t next, calls;
+    int bad;
+} seen;
+
+static int check_on_report(void *ctx, size_t i, const tzr_tensor_info *t) {
+    seen *s = ctx;
+    if (i < s->next) s->bad++;
+    s->next = i + 1;
+    s->calls++;
+    uint64_t len = 4097;
+    int meta;
+    uint8_t *want = s->spec ? gen_expected(s->spec, i, &len, &meta) : bound_bytes(i);
+    void *got;
+    uint64_t glen;
+    if (tzr_sink_host_data(s->sink, i, &got, &glen) || glen != len || (len && memcmp(got, want, len) != 0)) s->bad++;
+    /* From the header, as the writer put it (-1: its header was not read,
+     * as for tensors without data or read from their data on). */
+    if (t->module_idx != -1 && t->module_idx != (int)(i % 5)) s->bad++;
+    free(want);
+    return 0;
+}
+
+static void *null_for(void *ctx, size_t index, const tzr_tensor_info *t) {
+    (void)t;
+    static uint8_t room[1 << 16];
+    return index == *(size_t *)ctx ? NULL : room; /* bytes land over each other: only the error matters */
+}
+
+static void overlapped_planning(void) {
+    char path[600], over_path[600];
+    snprintf(path, sizeof path, "%s/overlap.tensors", check_tmpdir());
+    snprintf(over_path, sizeof over_path, "%s/overlap-bound.tensors", check_tmpdir());
+    gen_spec spec = {6000, 9000, 3000, 1, NULL};
+    CHECK_OK(gen_write(&spec, path));
+    /* Every tensor 4097 bytes, chunk 4096: two pieces and two units each. */
+    CHECK_OK(write_bound_file(over_path, 300));
+    tzr_load_plan_hook = slow_plan;
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("TZR_PLAN_OVERLAP", "0", 1);
+        tzr_reader *r = open_r(path, NULL, 0);
+        tzr_sink *sink;
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        seen sn = {sink, &spec, 0, 0, 0};
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.chunk_bytes = 32 << 10;
+        o.threads = 3;
+        o.on_tensor = check_on_report;
+        o.on_tensor_ctx = &sn;
+        CHECK_OK(tzr_load(r, sink, &o, NULL));
+        CHECK(sn.bad == 0 && sn.calls == tzr_reader_count(r));
+        tzr_sink_free(sink);
+        /* Cancel while planning: the cancel is the error. */
+        volatile int cancel = 0;
+        hook_cancel = &cancel;
+        hook_cancel_at = 40;
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        sn = (seen){sink, &spec, 0, 0, 0};
+        o.cancel = &cancel;
+        CHECK_RC(tzr_load(r, sink, &o, NULL), off ? 0 : TZR_ECANCELED);
+        if (!off) CHECK(strstr(tzr_last_error(), "load canceled") != NULL);
+        CHECK(sn.bad == 0 && (off ? sn.calls == tzr_reader_count(r) : sn.calls < tzr_reader_count(r)));
+        hook_cancel = NULL;
+        o.cancel = NULL;
+        tzr_sink_free(sink);
+        /* Planning fails part way, workers running: its error, nothing
+         * reported past what was complete. */
+        hook_fail_at = 60;
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        sn = (seen){sink, &spec, 0, 0, 0};
+        int rc = tzr_load(r, sink, &o, NULL);
+        CHECK(rc == (off ? 0 : TZR_EIO));
+        if (!off) CHECK(strstr(tzr_last_error(), "planning stopped after 60 units") != NULL);
+        CHECK(sn.bad == 0);
+        hook_fail_at = 0;
+        tzr_sink_free(sink);
+        /* A destination the caller cannot give (tensor 4000): the same
+         * error with and without overlap, nothing reported. */
+        size_t refuse = 4000;
+        CHECK_OK(tzr_sink_host_new(&sink, null_for, &refuse));
+        sn = (seen){sink, &spec, 0, 0, 0};
+        tzr_load_stats st;
+        CHECK_RC(tzr_load(r, sink, &o, &st), TZR_EINVAL);
+        CHECK(strstr(tzr_last_error(), "layers.4000.weight': the destination callback returned NULL") != NULL);
+        CHECK(st.error_tensor == 4000 && sn.calls == 0);
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+        /* At the plan's bound. */
+        r = open_r(over_path, NULL, 0);
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        sn = (seen){sink, NULL, 0, 0, 0};
+        o.chunk_bytes = 4096;
+        CHECK_OK(tzr_load(r, sink, &o, NULL));
+        CHECK(sn.bad == 0 && sn.calls == tzr_reader_count(r));
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+        unsetenv("TZR_PLAN_OVERLAP");
+    }
+    tzr_load_plan_hook = NULL;
+    unlink(path);
+    unlink(over_path);
+}
+
+/* The run's header check compares a plaintext header with the index in
+ * place; what it cannot vouch for goes to the full parse, which names the
+ * fault: an unknown hash entry type in tensor 7's header. */
+static void header_check_in_place(void) {
+    tzr_reader *r = open_r(plain_path, NULL, 0);
+    const tzr_tensor_info *t = tzr_reader_tensor(r, 7);
+    uint64_t at = t->header_offset + 8 + 2 + 1 + 2 + t->name_len + 1 + t->dtype_len + 1 + 4 * t->ndim + 2 + 1;
+    tzr_reader_free(r);
+    size_t len;
+    uint8_t *b = check_read_file(plain_path, &len);
+    CHECK(b && at < len && b[at] == 0 /* CRC32 first */);
+    char bad_path[600];
+    snprintf(bad_path, sizeof bad_path, "%s/bad-hash-type.tensors", check_tmpdir());
+    if (b) b[at] = 9;
+    CHECK(b && check_write_file(bad_path, b, len) == 0);
+    free(b);
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("TZR_PLAN_OVERLAP", "0", 1);
+        r = open_r(bad_path, NULL, 0);
+        tzr_sink *sink;
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        CHECK_RC(tzr_load(r, sink, NULL, NULL), TZR_EFORMAT);
+        CHECK(strstr(tzr_last_error(), "unknown hash type 9 with length 4") != NULL);
+        CHECK(strstr(tzr_last_error(), "layers.7.weight") != NULL);
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+        unsetenv("TZR_PLAN_OVERLAP");
+    }
+    unlink(bad_path);
+}
+
 int main(void) {
     snprintf(plain_path, sizeof plain_path, "%s/plain.tensors", check_tmpdir());
     snprintf(enc_path, sizeof enc_path, "%s/enc.tensors", check_tmpdir());
@@ -1217,5 +1397,7 @@ int main(void) {
     RUN(index_names_helper);
     RUN(scatter_fallback);
     RUN(host_one_block);
+    RUN(overlapped_planning);
+    RUN(header_check_in_place);
     return check_done();
 }

@@ -7,6 +7,7 @@
 #include "pipeline.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,7 +23,16 @@ static double now(void) {
  * the cache for others; a warm cache is faster buffered. */
 static int choose_direct(pipeline *p, tzr_source *src) {
     int want = p->opt->direct_io == TZR_DIRECT_ON;
-    if (p->opt->direct_io == TZR_DIRECT_AUTO && src->set_direct && src->is_cached && p->nunits) {
+    if (p->opt->direct_io == TZR_DIRECT_AUTO && src->set_direct && src->is_cached && p->overlap) {
+        /* Planned later: the selected records' span stands for the units'. */
+        size_t a = 0, b = p->n;
+        while (a < p->n && !(p->want[a] && tzr_reader_tensor(p->r, a)->data_length)) a++;
+        while (b > a && !(p->want[b - 1] && tzr_reader_tensor(p->r, b - 1)->data_length)) b--;
+        if (a < b) {
+            const tzr_tensor_info *ta = tzr_reader_tensor(p->r, a), *tb = tzr_reader_tensor(p->r, b - 1);
+            want = !src->is_cached(src, ta->header_offset, tb->data_offset + tb->data_length - ta->header_offset);
+        }
+    } else if (p->opt->direct_io == TZR_DIRECT_AUTO && src->set_direct && src->is_cached && p->nunits) {
         uint64_t lo = p->units[0].off, hi = p->units[p->nunits - 1].off + p->units[p->nunits - 1].len;
         want = !src->is_cached(src, lo, hi - lo);
     }
@@ -207,7 +217,7 @@ static int read_headers(pipeline *p, int nthreads) {
 /* Slots: as many as the ring budget holds (bounded by what the threads
  * can use), each the largest unit's read plus, for compressed units, the
  * expanded frames and byte-plane scratch, inside the same budget. */
-static int size_ring(pipeline *p, const plan_policy *pol, tzr_source *src, int nthreads) {
+static int size_ring(pipeline *p, const plan_policy *pol, tzr_source *src, int nthreads, size_t nunits) {
     size_t ring = pol->ring;
     if (p->slot_size < pol->chunk) p->slot_size = pol->chunk;
     int rc = choose_direct(p, src);
@@ -230,19 +240,17 @@ static int size_ring(pipeline *p, const plan_policy *pol, tzr_source *src, int n
     int most = p->sink->fence ? SLOTS_PER_THREAD * nthreads : nthreads + 2;
     if (p->nslots > most) p->nslots = most;
     if (p->nslots < 2) p->nslots = 2;
-    if ((size_t)p->nslots > p->nunits) p->nslots = p->nunits ? (int)p->nunits : 1;
+    if ((size_t)p->nslots > nunits) p->nslots = nunits ? (int)nunits : 1;
     p->slots = calloc((size_t)p->nslots, sizeof *p->slots);
     if (!p->slots) return tzr_fail(TZR_ENOMEM, "out of memory");
     for (int s = 0; s < p->nslots; s++) p->slots[s].unit = -1;
     return 0;
 }
 
-/* Destinations first (reserve, begin_tensor, tensors without data), then
- * each staged unit the sink can take in place becomes DIRECT or SCATTER,
- * and compressed ones expand in place where they can. */
-static int bind_destinations(pipeline *p) {
+/* Destinations (reserve, begin_tensor, tensors without data), before any
+ * unit runs. */
+int load_bind_tensors(pipeline *p) {
     tzr_sink *sink = p->sink;
-    tzr_source *src = tzr_reader_source(p->r);
     int rc = 0;
     if (sink->reserve && (rc = sink->reserve(sink, p->nselected, p->total_bytes))) return load_fail(p, rc);
     /* A pass over every tensor's info (memory-bound on 100k tensors) only
@@ -254,35 +262,90 @@ static int bind_destinations(pipeline *p) {
         if (!rc && t->data_length == 0 && (rc = load_fill_empty(p, i, t))) rc = load_tensor_fail(p, rc, i);
         if (rc) return load_fail_at(p, rc, i);
     }
-    for (size_t u = 0; u < p->nunits; u++) {
-        unit *un = &p->units[u];
-        piece *pc = &p->pieces[un->first];
-        if (unit_compressed(un)) {
-            /* Expanded pieces follow one another in the output area (a
-             * pack's pieces carry their offset in it from planning). */
-            un->expand_in_place = sink->direct != NULL;
-            for (size_t k = 0; k < un->count; k++) {
-                piece *q = &p->pieces[un->first + k];
-                q->uoff = p->zout_at + (un->kind == UNIT_PACK ? q->uoff : 0);
-                if (un->expand_in_place)
-                    un->expand_in_place = sel_holds(p, q->tensor, q->toff, q->len) &&
-                                          sink->direct(sink, q->tensor, q->toff, q->len) != NULL;
-            }
-            continue;
-        }
-        int direct = un->count == 1 && pc->uoff == 0 && un->len == pc->len && sink->direct &&
-                     sel_holds(p, pc->tensor, pc->toff, pc->len) &&
-                     sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
-        /* Many small plaintext tensors: scatter them in place with one
-         * vectored read instead of staging plus a copy each. Whether every
-         * piece has its place in the sink is asked when the unit is read
-         * (scatter_read, on the workers, staging it otherwise): asked here
-         * too, it was one more call per tensor on this one thread. */
-        int scatter = !direct && un->count > 1 && src->readv_at && sink->direct && !tzr_reader_encrypted(p->r) &&
-                      !tzr_reader_compressed(p->r) && !p->direct_align;
-        un->kind = direct ? UNIT_DIRECT : scatter ? UNIT_SCATTER : UNIT_STAGED;
-    }
     return 0;
+}
+
+/* Each staged unit the sink can take in place becomes DIRECT or SCATTER,
+ * and compressed ones expand in place where they can. */
+void load_bind_unit(pipeline *p, size_t u) {
+    tzr_sink *sink = p->sink;
+    tzr_source *src = tzr_reader_source(p->r);
+    unit *un = &p->units[u];
+    piece *pc = &p->pieces[un->first];
+    if (unit_compressed(un)) {
+        /* Expanded pieces follow one another in the output area (a
+         * pack's pieces carry their offset in it from planning). */
+        un->expand_in_place = sink->direct != NULL;
+        for (size_t k = 0; k < un->count; k++) {
+            piece *q = &p->pieces[un->first + k];
+            q->uoff = p->zout_at + (un->kind == UNIT_PACK ? q->uoff : 0);
+            if (un->expand_in_place)
+                un->expand_in_place = sel_holds(p, q->tensor, q->toff, q->len) &&
+                                      sink->direct(sink, q->tensor, q->toff, q->len) != NULL;
+        }
+        return;
+    }
+    int direct = un->count == 1 && pc->uoff == 0 && un->len == pc->len && sink->direct &&
+                 sel_holds(p, pc->tensor, pc->toff, pc->len) &&
+                 sink->direct(sink, pc->tensor, pc->toff, pc->len) != NULL;
+    /* Many small plaintext tensors: scatter them in place with one
+     * vectored read instead of staging plus a copy each. Whether every
+     * piece has its place in the sink is asked when the unit is read
+     * (scatter_read, on the workers, staging it otherwise): asked here
+     * too, it was one more call per tensor on this one thread. */
+    int scatter = !direct && un->count > 1 && src->readv_at && sink->direct && !tzr_reader_encrypted(p->r) &&
+                  !tzr_reader_compressed(p->r) && !p->direct_align;
+    un->kind = direct ? UNIT_DIRECT : scatter ? UNIT_SCATTER : UNIT_STAGED;
+}
+
+static int bind_destinations(pipeline *p) {
+    int rc = load_bind_tensors(p);
+    for (size_t u = 0; !rc && u < p->nunits; u++) load_bind_unit(p, u);
+    return rc;
+}
+
+/* Overlapped planning: plan a unit at a time, publishing each (and the
+ * tensors planned whole) to the workers. */
+typedef struct overlap_ctx {
+    const plan_policy *pol;
+    plan_state *st;
+} overlap_ctx;
+
+/* Tests: called after each unit is published, to hold planning back (so
+ * workers catch up) or fail it part way (a nonzero code). */
+int (*tzr_load_plan_hook)(size_t units);
+
+static void plan_overlapped(pipeline *p, void *arg) {
+    overlap_ctx *c = arg;
+    int rc = 0;
+    while (!rc && !load_stopped(p)) {
+        rc = load_plan_local_step(p, c->pol, c->st, p->nunits + 1);
+        if (rc) {
+            load_fail(p, rc);
+            break;
+        }
+        int done = c->st->i >= p->n && !c->st->open_unit;
+        atomic_store_explicit(&p->planned_to, done ? p->n : load_plan_local_done_below(p, c->st), memory_order_release);
+        atomic_store_explicit(&p->units_ready, p->nunits, memory_order_release);
+        pthread_mutex_lock(&p->slot_lock);
+        pthread_cond_broadcast(&p->slot_cond);
+        pthread_mutex_unlock(&p->slot_lock);
+        if (done) break;
+        if (tzr_load_plan_hook && (rc = tzr_load_plan_hook(p->nunits)))
+            load_fail(p, tzr_fail(rc, "planning stopped after %zu units", p->nunits));
+    }
+}
+
+/* Overlap planning with the run: local plaintext loads (units then fit a
+ * slot sized up front, and the plan's bound is exact), unless
+ * TZR_PLAN_OVERLAP=0. */
+static int can_overlap(pipeline *p, const plan_policy *pol, int nthreads) {
+    const char *env = getenv("TZR_PLAN_OVERLAP");
+    if (env && strcmp(env, "0") == 0) return 0;
+    tzr_reader *r = p->r;
+    return nthreads >= 2 && !pol->pack_reads && !tzr_reader_encrypted(r) && !tzr_reader_compressed(r) && !p->has_sel &&
+           !p->verify && !p->headers_read && pol->ring >= 2 * (pol->chunk + OVERLAP_HDR_ROOM) &&
+           16 + p->nselected + p->stored_bytes / pol->chunk <= ((size_t)1 << 22); /* arrays at the bound */
 }
 
 /* Wait every outstanding fence (also after a failure, so no copy still
@@ -376,20 +439,32 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
             pol.last_comp = i;
             break;
         }
-    if (!rc) rc = load_plan(p, &pol);
-    /* Encrypted files are left out: their tensors carry no CRC32. */
-    if (!rc && p->verify && !p->verify_sha && !tzr_reader_encrypted(r) &&
-        !(p->piece_crc = malloc((p->npieces ? p->npieces : 1) * sizeof *p->piece_crc)))
-        rc = tzr_fail(TZR_ENOMEM, "out of memory");
-    if (!rc) rc = size_ring(p, &pol, src, nthreads);
-    if (!rc) rc = bind_destinations(p);
-    if (rc) {
-        load_fail(p, rc);
+    if (!rc && can_overlap(p, &pol, nthreads)) {
+        plan_state st;
+        p->overlap = 1;
+        rc = load_plan_begin(p, &pol, &st, 1);
+        st.slot_cap = pol.chunk + OVERLAP_HDR_ROOM;
+        p->slot_size = (size_t)st.slot_cap;
+        if (!rc) rc = size_ring(p, &pol, src, nthreads, st.ucap);
+        overlap_ctx c = {&pol, &st};
+        if (rc) load_fail(p, rc);
+        else load_run_overlapped(p, nthreads, plan_overlapped, &c);
     } else {
-        pthread_mutex_lock(&p->report_lock);
-        load_report_ready(p); /* tensors with no data */
-        pthread_mutex_unlock(&p->report_lock);
-        if (!atomic_load(&p->failed)) load_run_threads(p, nthreads, load_worker, load_check_end_marker);
+        if (!rc) rc = load_plan(p, &pol);
+        /* Encrypted files are left out: their tensors carry no CRC32. */
+        if (!rc && p->verify && !p->verify_sha && !tzr_reader_encrypted(r) &&
+            !(p->piece_crc = malloc((p->npieces ? p->npieces : 1) * sizeof *p->piece_crc)))
+            rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        if (!rc) rc = size_ring(p, &pol, src, nthreads, p->nunits);
+        if (!rc) rc = bind_destinations(p);
+        if (rc) {
+            load_fail(p, rc);
+        } else {
+            pthread_mutex_lock(&p->report_lock);
+            load_report_ready(p); /* tensors with no data */
+            pthread_mutex_unlock(&p->report_lock);
+            if (!atomic_load(&p->failed)) load_run_threads(p, nthreads, load_worker, load_check_end_marker);
+        }
     }
     drain(p);
     rc = result(p);

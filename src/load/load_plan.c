@@ -11,6 +11,7 @@
 
 static int add_piece(pipeline *p, size_t *cap, size_t tensor, uint64_t toff, uint64_t len, uint64_t uoff) {
     if (p->npieces == *cap) {
+        if (p->plan_fixed) return tzr_fail(TZR_EIO, "internal error: plan above its bound (%zu pieces)", *cap);
         size_t nc = *cap ? *cap * 2 : 256;
         piece *np = tzr_grow_big(p->pieces, *cap * sizeof *np, nc * sizeof *np);
         if (!np) return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -29,6 +30,7 @@ static int add_piece(pipeline *p, size_t *cap, size_t tensor, uint64_t toff, uin
 
 static int add_unit(pipeline *p, size_t *cap, uint64_t off, uint64_t len, size_t first) {
     if (p->nunits == *cap) {
+        if (p->plan_fixed) return tzr_fail(TZR_EIO, "internal error: plan above its bound (%zu units)", *cap);
         size_t nc = *cap ? *cap * 2 : 256;
         unit *nu = tzr_grow_big(p->units, *cap * sizeof *nu, nc * sizeof *nu);
         if (!nu) return tzr_fail(TZR_ENOMEM, "out of memory");
@@ -295,22 +297,23 @@ static int plan_packed(pipeline *p, const plan_policy *pol, size_t *pcap, size_t
 /* Local files (cheap reads): small tensors (under COALESCE_MAX) next to
  * each other coalesce into one read from the first one's header; larger
  * ones are read on their own, in `chunk` pieces (whole crypt chunks),
- * straight into host destinations where the sink allows. */
-static int plan_local(pipeline *p, const plan_policy *pol, size_t *pcap_, size_t *ucap_) {
-    size_t chunk = pol->chunk, pcap = *pcap_, ucap = *ucap_;
-    int open_unit = 0, rc = 0;
-    uint64_t uoff = 0, uend = 0;
-    size_t ufirst = 0;
-    for (size_t i = 0; i < p->n && !rc; i++) {
+ * straight into host destinations where the sink allows. Resumable: runs
+ * until `target` units exist (st keeps the open unit), so overlapped
+ * planning publishes units while it goes on; the open unit is closed
+ * once every tensor is planned. */
+int load_plan_local_step(pipeline *p, const plan_policy *pol, plan_state *st, size_t target) {
+    size_t chunk = pol->chunk;
+    int rc = 0;
+    for (; st->i < p->n && !rc && p->nunits < target; st->i++) {
+        size_t i = st->i;
         if (!p->want[i]) continue;
         const tzr_tensor_info *t = tzr_reader_tensor(p->r, i);
         if (t->data_length == 0) continue;
         int coded = tzr_codec_find(t->compression) != NULL;
         if (coded || load_plans_selected(p, t, i)) {
-            if (open_unit && (rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst))) break;
-            open_unit = 0;
-            rc = coded ? plan_compressed(p, i, pol, &pcap, &ucap)
-                                                        : plan_selected(p, i, pol, &pcap, &ucap);
+            if (st->open_unit && (rc = add_unit(p, &st->ucap, st->uoff, st->uend - st->uoff, st->ufirst))) break;
+            st->open_unit = 0;
+            rc = coded ? plan_compressed(p, i, pol, &st->pcap, &st->ucap) : plan_selected(p, i, pol, &st->pcap, &st->ucap);
             continue;
         }
         uint64_t step = chunk, cs;
@@ -320,57 +323,81 @@ static int plan_local(pipeline *p, const plan_policy *pol, size_t *pcap_, size_t
         uint64_t dend = t->data_offset + t->data_length;
         if (t->data_length <= step && t->data_length <= chunk) {
             int small = t->data_length < COALESCE_MAX;
-            if (small && open_unit && t->header_offset >= uend && t->header_offset - uend <= MAX_GAP &&
-                dend - uoff <= chunk) {
-                rc = add_piece(p, &pcap, i, 0, t->data_length, t->data_offset - uoff);
-                uend = dend;
+            if (small && st->open_unit && t->header_offset >= st->uend && t->header_offset - st->uend <= MAX_GAP &&
+                dend - st->uoff <= chunk) {
+                rc = add_piece(p, &st->pcap, i, 0, t->data_length, t->data_offset - st->uoff);
+                st->uend = dend;
                 p->ts[i].pieces_total = 1;
                 continue;
             }
-            if (open_unit && (rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst))) break;
-            open_unit = small;
+            if (st->open_unit && (rc = add_unit(p, &st->ucap, st->uoff, st->uend - st->uoff, st->ufirst))) break;
+            /* Slots sized before planning (overlapped): a header too large
+             * to ride along in one is left out of the read, as for tensors
+             * read on their own. */
+            if (small && st->slot_cap && dend - t->header_offset > st->slot_cap) small = 0;
+            st->open_unit = small;
             if (!small) {
                 size_t first = p->npieces;
-                rc = add_piece(p, &pcap, i, 0, t->data_length, 0);
-                if (!rc) rc = add_unit(p, &ucap, t->data_offset, t->data_length, first);
+                rc = add_piece(p, &st->pcap, i, 0, t->data_length, 0);
+                if (!rc) rc = add_unit(p, &st->ucap, t->data_offset, t->data_length, first);
                 p->ts[i].pieces_total = 1;
                 continue;
             }
             /* A coalesced unit starts at its first header: every tensor in
              * it then has its header in the same read. */
-            uoff = t->header_offset;
-            uend = dend;
-            ufirst = p->npieces;
-            rc = add_piece(p, &pcap, i, 0, t->data_length, t->data_offset - uoff);
+            st->uoff = t->header_offset;
+            st->uend = dend;
+            st->ufirst = p->npieces;
+            rc = add_piece(p, &st->pcap, i, 0, t->data_length, t->data_offset - st->uoff);
             p->ts[i].pieces_total = 1;
             continue;
         }
-        if (open_unit && (rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst))) break;
-        open_unit = 0;
+        if (st->open_unit && (rc = add_unit(p, &st->ucap, st->uoff, st->uend - st->uoff, st->ufirst))) break;
+        st->open_unit = 0;
         for (uint64_t off = 0; off < t->data_length && !rc; off += step) {
             uint64_t len = t->data_length - off < step ? t->data_length - off : step;
             size_t first = p->npieces;
-            rc = add_piece(p, &pcap, i, off, len, 0);
-            if (!rc) rc = add_unit(p, &ucap, t->data_offset + off, len, first);
+            rc = add_piece(p, &st->pcap, i, off, len, 0);
+            if (!rc) rc = add_unit(p, &st->ucap, t->data_offset + off, len, first);
             p->ts[i].pieces_total++;
         }
     }
-    if (!rc && open_unit) rc = add_unit(p, &ucap, uoff, uend - uoff, ufirst);
-    *pcap_ = pcap, *ucap_ = ucap;
+    if (!rc && st->i >= p->n && st->open_unit) {
+        rc = add_unit(p, &st->ucap, st->uoff, st->uend - st->uoff, st->ufirst);
+        st->open_unit = 0;
+    }
     return rc;
 }
 
+/* Tensors below this index are planned whole (their units all closed). */
+size_t load_plan_local_done_below(const pipeline *p, const plan_state *st) {
+    return st->open_unit ? p->pieces[st->ufirst].tensor : st->i;
+}
+
+/* Room for the plan up front. exact: local plaintext pieces are at most
+ * one per tensor plus one per chunk of its data, units no more, so the
+ * arrays never move (overlapped planning: workers read them meanwhile). */
+int load_plan_begin(pipeline *p, const plan_policy *pol, plan_state *st, int exact) {
+    memset(st, 0, sizeof *st);
+    size_t est = exact ? 16 + p->nselected + (size_t)(p->stored_bytes / pol->chunk)
+                       : 16 + p->nselected + (size_t)(p->stored_bytes / (pol->chunk / 2));
+    if (!exact && est > ((size_t)1 << 22)) est = (size_t)1 << 22; /* beyond that, doubling */
+    if ((p->pieces = tzr_alloc_big(est * sizeof *p->pieces))) st->pcap = est;
+    if ((p->units = tzr_alloc_big(est * sizeof *p->units))) st->ucap = est;
+    if (exact && (!p->pieces || !p->units)) return tzr_fail(TZR_ENOMEM, "out of memory");
+    p->plan_fixed = exact;
+    return 0;
+}
+
 int load_plan(pipeline *p, const plan_policy *pol) {
-    size_t pcap = 0, ucap = 0;
     /* Room for the usual plan up front (one piece per tensor plus one per
      * chunk; more grows by doubling): growing from small copies the
      * arrays a dozen times on 100k-tensor files. */
-    size_t est = 16 + p->nselected + (size_t)(p->stored_bytes / (pol->chunk / 2));
-    if (est > ((size_t)1 << 22)) est = (size_t)1 << 22; /* beyond that, doubling */
-    if ((p->pieces = tzr_alloc_big(est * sizeof *p->pieces))) pcap = est;
-    if ((p->units = tzr_alloc_big(est * sizeof *p->units))) ucap = est;
+    plan_state st;
+    load_plan_begin(p, pol, &st, 0);
     /* Each piece already names its unit (add_piece): units close in order,
      * each taking the pieces added since the one before; a pass setting
      * them again went over every piece (4.8 MB for 100k tensors). */
-    return pol->pack_reads ? plan_packed(p, pol, &pcap, &ucap) : plan_local(p, pol, &pcap, &ucap);
+    if (pol->pack_reads) return plan_packed(p, pol, &st.pcap, &st.ucap);
+    return load_plan_local_step(p, pol, &st, SIZE_MAX);
 }

@@ -109,7 +109,7 @@ static int report_bad(pipeline *p, size_t i) {
     return rc;
 }
 
-static int stopped(pipeline *p) {
+int load_stopped(pipeline *p) {
     if (atomic_load(&p->failed)) return 1;
     if (p->opt->cancel && __atomic_load_n(p->opt->cancel, __ATOMIC_RELAXED)) {
         load_fail(p, tzr_fail(TZR_ECANCELED, "load canceled"));
@@ -120,12 +120,16 @@ static int stopped(pipeline *p) {
 
 /* Report completed tensors in index order. Caller holds report_lock. */
 int load_report_ready(pipeline *p) {
-    while (p->next_report < p->n) {
+    /* Overlapped planning: only tensors planned whole, once bound. */
+    size_t upto = !p->overlap                                               ? p->n
+                  : atomic_load_explicit(&p->bound, memory_order_acquire) ? atomic_load_explicit(&p->planned_to, memory_order_acquire)
+                                                                          : 0;
+    while (p->next_report < upto) {
         size_t i = p->next_report;
         tstate *t = &p->ts[i];
         if (p->want[i] && t->pieces_retired < t->pieces_total) break;
         p->next_report++;
-        if (stopped(p)) continue;
+        if (load_stopped(p)) continue;
         if (load_is_bad(p, i)) {
             int rc = report_bad(p, i);
             if (rc) return load_fail_at(p, rc, i);
@@ -189,8 +193,9 @@ static int deliver(pipeline *p, piece *pc, const uint8_t *bytes, int s) {
     return rc;
 }
 
-static int unit_piece_done(pipeline *p, size_t u, int s) {
-    if (atomic_fetch_sub(&p->units[u].left, 1) != 1) return 0;
+/* n more of unit u's pieces are submitted; the last one fences its slot. */
+static int unit_pieces_done(pipeline *p, size_t u, int s, size_t n) {
+    if (atomic_fetch_sub(&p->units[u].left, n) != n) return 0;
     int rc = 0;
     pthread_mutex_lock(&p->slot_lock);
     slot *sl = &p->slots[s];
@@ -271,7 +276,7 @@ static int hash_in_order(pipeline *p, piece *pc, uint64_t *delivered) {
         }
         if (!rc) rc = deliver(p, pc, bytes, s);
         if (!rc) *delivered += piece_delivers(p, pc);
-        if (!rc) rc = unit_piece_done(p, pc->unit, s);
+        if (!rc) rc = unit_pieces_done(p, pc->unit, s, 1);
         if (rc) {
             load_fail_at(p, rc, pc->tensor);
             /* Keep draining so parked pieces do not hold slots forever. */
@@ -542,8 +547,9 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
         buf = p->slots[s].buf; /* pieces' uoff is relative to the slot */
     }
     uint64_t delivered = 0;
+    int in_place = unit_in_place(un); /* after scatter_read, which may stage the unit */
     for (size_t k = 0; k < un->count; k++) {
-        if (stopped(p)) {
+        if (load_stopped(p)) {
             free(gap_at);
             return TZR_ECANCELED;
         }
@@ -583,7 +589,10 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
             rc = deliver(p, pc, bytes, s);
             delivered += piece_delivers(p, pc);
             if (!rc && k + 1 == un->count) progress(p, delivered);
-            if (!rc) rc = unit_piece_done(p, pc->unit, s);
+            /* In place, nothing was submitted: the unit's pieces count as
+             * done at once, after the last (an atomic each cost as much as
+             * the rest of a small tensor's bookkeeping). */
+            if (!rc && (!in_place || k + 1 == un->count)) rc = unit_pieces_done(p, pc->unit, s, in_place ? un->count : 1);
         }
         if (rc) {
             free(gap_at);
@@ -594,13 +603,30 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
     return 0;
 }
 
+/* Overlapped planning: wait (no spin) until unit u is planned and the
+ * tensors bound; 0 when it never will be (planning ended before it, or
+ * the load failed). */
+static int unit_ready(pipeline *p, size_t u) {
+    if (atomic_load_explicit(&p->bound, memory_order_acquire) &&
+        u < atomic_load_explicit(&p->units_ready, memory_order_acquire))
+        return 1;
+    pthread_mutex_lock(&p->slot_lock);
+    while (!atomic_load(&p->failed) &&
+           !(atomic_load(&p->bound) && (u < atomic_load(&p->units_ready) || atomic_load(&p->plan_done))))
+        pthread_cond_wait(&p->slot_cond, &p->slot_lock);
+    int ok = !atomic_load(&p->failed) && u < atomic_load(&p->units_ready);
+    pthread_mutex_unlock(&p->slot_lock);
+    return ok;
+}
+
 void *load_worker(void *arg) {
     pipeline *p = arg;
     tzr_zctx *z = NULL; /* per thread, made on first use */
     for (;;) {
-        if (stopped(p)) break;
+        if (load_stopped(p)) break;
         size_t u = atomic_fetch_add(&p->next_unit, 1);
-        if (u >= p->nunits) break;
+        if (p->overlap ? !unit_ready(p, u) : u >= p->nunits) break;
+        if (p->overlap) load_bind_unit(p, u); /* planned without asking the sink */
         if (run_unit(p, u, &z)) break;
     }
     tzr_zctx_free(z);
@@ -642,6 +668,43 @@ int load_run_threads(pipeline *p, int nthreads, void *(*fn)(void *), void (*besi
         if (tzr_thread_start(&th[started], fn, p) != 0) break;
     if (beside) beside(p);
     if (started == 0) fn(p);
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    return atomic_load(&p->failed) ? p->err_code : 0;
+}
+
+/* Sets a flag and wakes every waiting worker. */
+static void announce(pipeline *p, atomic_int *flag) {
+    pthread_mutex_lock(&p->slot_lock);
+    atomic_store(flag, 1);
+    pthread_cond_broadcast(&p->slot_cond);
+    pthread_mutex_unlock(&p->slot_lock);
+    /* Tensors without data, or whose units all ran before this, are reported now. */
+    pthread_mutex_lock(&p->report_lock);
+    load_report_ready(p);
+    pthread_mutex_unlock(&p->report_lock);
+}
+
+static void *bind_then_work(void *arg) {
+    pipeline *p = arg;
+    if (load_bind_tensors(p) == 0) announce(p, &p->bound);
+    return load_worker(p);
+}
+
+int load_run_overlapped(pipeline *p, int nthreads, void (*plan)(pipeline *, void *), void *plan_ctx) {
+    pthread_t th[MAX_THREADS];
+    int started = 0;
+    atomic_store(&p->next_unit, 0);
+    /* The binder first (begin_tensor for every tensor, in order, on one
+     * thread, as without overlap), then nthreads - 2 plain workers: with
+     * the planner that makes nthreads threads. */
+    if (tzr_thread_start(&th[0], bind_then_work, p) == 0) started = 1;
+    else if (load_bind_tensors(p) == 0) announce(p, &p->bound);
+    for (; started > 0 && started < nthreads - 1; started++)
+        if (tzr_thread_start(&th[started], load_worker, p) != 0) break;
+    plan(p, plan_ctx);
+    if (!atomic_load(&p->failed)) load_check_end_marker(p);
+    announce(p, &p->plan_done);
+    load_worker(p);
     for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
     return atomic_load(&p->failed) ? p->err_code : 0;
 }

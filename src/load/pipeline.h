@@ -64,6 +64,9 @@
 #define MAX_THREADS 64
 #define MAX_FORCED_SLOT ((size_t)64 << 20)
 #define TENSOR_LOCKS 64
+/* Overlapped planning sizes slots before planning: a chunk plus this for
+ * the header a coalesced unit starts with. */
+#define OVERLAP_HDR_ROOM ((size_t)64 << 10)
 /* CRC32-level loads: pieces from this size on have their CRC32 computed
  * by the thread that read them, right after the read (the bytes still in
  * cache, all threads at once), and only combined in tensor order; smaller
@@ -206,6 +209,18 @@ typedef struct pipeline {
     size_t header_batch;    /* tensors per phase-1 task */
     int keep_headers;       /* headers read with the data are installed, not only checked */
     int headers_read;       /* phase 1 ran: every selected header is installed */
+    /* Overlapped planning (local plaintext loads): workers run units while
+     * the calling thread plans the rest and another thread calls
+     * begin_tensor for every tensor. Units below units_ready are planned
+     * (release/acquire; the arrays never move: plan_fixed); tensors below
+     * planned_to are planned whole; no unit runs and no tensor is reported
+     * before bound (every begin_tensor done). Waits are on slot_cond. */
+    int overlap;
+    int plan_fixed;
+    atomic_size_t units_ready;
+    atomic_size_t planned_to;
+    atomic_int plan_done;
+    atomic_int bound;
 } pipeline;
 
 /* How planning cuts the data: read size, budget, and the source's cost
@@ -267,9 +282,24 @@ static inline uint64_t piece_delivers(const pipeline *p, const piece *pc) {
     return s ? sel_overlap(s, pc->toff, pc->len) : pc->len;
 }
 
+/* Where resumable local planning stands (load_plan_local_step). */
+typedef struct plan_state {
+    size_t i;           /* next tensor */
+    int open_unit;      /* a unit of coalesced tensors is open: */
+    uint64_t uoff, uend;/* its file range so far */
+    size_t ufirst;      /* and first piece */
+    size_t pcap, ucap;
+    uint64_t slot_cap;  /* slots sized before planning: a unit's most bytes (0: any) */
+} plan_state;
+
 /* ---- load_plan.c */
 /* Cut the selected tensors' data into units and pieces (and size the slots). */
 TZR_HIDDEN int load_plan(pipeline *p, const plan_policy *pol);
+/* The same in steps (local sources): allocate (exact: at the bound, never
+ * moved), plan until `target` units exist, say which tensors are done. */
+TZR_HIDDEN int load_plan_begin(pipeline *p, const plan_policy *pol, plan_state *st, int exact);
+TZR_HIDDEN int load_plan_local_step(pipeline *p, const plan_policy *pol, plan_state *st, size_t target);
+TZR_HIDDEN size_t load_plan_local_done_below(const pipeline *p, const plan_state *st);
 /* Tensor i is read selection only (plaintext or encrypted, not verified). */
 TZR_HIDDEN int load_plans_selected(const pipeline *p, const tzr_tensor_info *t, size_t i);
 
@@ -295,4 +325,17 @@ TZR_HIDDEN void *load_worker(void *arg);        /* runs units */
 TZR_HIDDEN void *load_header_worker(void *arg); /* phase 1 */
 /* Reads the end-of-tensors marker beside the data where open left it. */
 TZR_HIDDEN void load_check_end_marker(pipeline *p);
+/* A staged unit the sink can take in place becomes DIRECT or SCATTER
+ * (compressed ones expand in place where they can). */
+TZR_HIDDEN void load_bind_unit(pipeline *p, size_t u);
+/* Destinations before any unit runs: reserve, begin_tensor, tensors
+ * without data (load.c). */
+TZR_HIDDEN int load_bind_tensors(pipeline *p);
+/* The load failed or was canceled (a cancel is recorded as its error). */
+TZR_HIDDEN int load_stopped(pipeline *p);
+/* Overlapped planning: `plan` runs on the calling thread (which then
+ * works too) beside the workers, one of which first binds the tensors
+ * (load_bind_tensors). Returns the load's error. */
+TZR_HIDDEN extern int (*tzr_load_plan_hook)(size_t units); /* tests only */
+TZR_HIDDEN int load_run_overlapped(pipeline *p, int nthreads, void (*plan)(pipeline *, void *), void *plan_ctx);
 #endif
