@@ -1014,7 +1014,8 @@ static void index_window(void) {
  * split or not, the message the one-thread parse gives (compared whole),
  * which names the entry and offset written here. A small index is never
  * split, and TZR_INDEX_SPLIT=0 / TZR_INDEX_THREAD=0 turn the split off. */
-extern atomic_size_t tzr_reader_split_parts;
+extern atomic_size_t tzr_reader_split_parts, tzr_reader_split_taken;
+extern atomic_int tzr_reader_split_order;
 int tzr_reader_totals(const tzr_reader *r, uint64_t *nbytes, uint64_t *stored, size_t *empty);
 
 /* Where entry k's header offset field is, in the file's bytes b. */
@@ -1032,20 +1033,25 @@ static uint64_t get64le(const uint8_t *p) {
     return v;
 }
 
-/* Open `path` in each mode; every mode must give rc and the same message;
- * 1 when it holds `want`. Mode 0 (threads off) is the reference. */
+/* Open `path` in each mode; every mode must give rc and the same message,
+ * holding `want`. Mode 0 (threads off) is the reference; 1: split off;
+ * 2: split, the thread parsing its part; 3: split, the opener taking it
+ * back (as when the thread gets no CPU in time); 4: as in use. */
 static void split_same_error(const char *path, int rc_want, const char *want, int split_taken) {
-    static const char *const modes[3][2] = {{"TZR_INDEX_THREAD", "0"}, {"TZR_INDEX_SPLIT", "0"}, {NULL, NULL}};
+    static const char *const modes[5][2] = {
+        {"TZR_INDEX_THREAD", "0"}, {"TZR_INDEX_SPLIT", "0"}, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}};
     char ref[1024] = "";
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < 5; mode++) {
         unsetenv("TZR_INDEX_THREAD");
         unsetenv("TZR_INDEX_SPLIT");
         if (modes[mode][0]) setenv(modes[mode][0], modes[mode][1], 1);
+        atomic_store(&tzr_reader_split_order, mode == 2 ? 1 : mode == 3 ? 2 : 0);
         size_t before = atomic_load(&tzr_reader_split_parts);
         tzr_reader *r = NULL;
         int rc = tzr_reader_open(&r, path, NULL);
+        atomic_store(&tzr_reader_split_order, 0);
         size_t parts = atomic_load(&tzr_reader_split_parts) - before;
-        CHECKF(parts == (mode == 2 && split_taken ? 1u : 0u), "mode %d: %zu split parts", mode, parts);
+        CHECKF(parts == (mode >= 2 && split_taken ? 1u : 0u), "mode %d: %zu split parts", mode, parts);
         CHECKF(rc == rc_want, "mode %d: rc %d, want %d: %s", mode, rc, rc_want, tzr_last_error());
         if (!rc) {
             tzr_reader_free(r);
@@ -1074,12 +1080,16 @@ static void index_split_parse(void) {
     if (!b) return;
     uint8_t *m = malloc(len);
     char want[200];
-    /* Undamaged: the same table either way (lookups across the split, every byte loaded). */
-    for (int split = 0; split < 2; split++) {
+    /* Undamaged: the same table every way (lookups across the split, every
+     * byte loaded): split off, the thread's part, the part taken back. */
+    for (int split = 0; split < 3; split++) {
         if (!split) setenv("TZR_INDEX_SPLIT", "0", 1);
-        size_t before = atomic_load(&tzr_reader_split_parts);
+        atomic_store(&tzr_reader_split_order, split);
+        size_t before = atomic_load(&tzr_reader_split_parts), taken = atomic_load(&tzr_reader_split_taken);
         tzr_reader *r = open_r(path, NULL, 0);
-        CHECK(atomic_load(&tzr_reader_split_parts) - before == (size_t)split);
+        CHECK(atomic_load(&tzr_reader_split_parts) - before == (split ? 1u : 0u));
+        CHECKF(atomic_load(&tzr_reader_split_taken) - taken == (split == 2 ? 1u : 0u), "split %d", split);
+        atomic_store(&tzr_reader_split_order, 0);
         unsetenv("TZR_INDEX_SPLIT");
         if (!r) continue;
         CHECK(tzr_reader_count(r) == 20000);

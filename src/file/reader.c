@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <unistd.h>
 
 #define DEFAULT_MAX_TENSORS (1u << 24)
@@ -840,8 +841,13 @@ static void add_lane(tzr_reader *r, const parse_lane *l, uint64_t *data_sum) {
  * record at the join. Any error, in either part or at the join, and any
  * duplicate name, has the whole index parsed again in order on one
  * thread: what is reported is exactly what the one-thread parse reports.
+ * A thread that has not begun its part when the opener reaches it (kept
+ * off the CPU on a busy machine) loses it: the opener parses on, in order.
  * From SPLIT_MIN entries; TZR_INDEX_SPLIT=0 (or TZR_INDEX_THREAD=0) off. */
 #define SPLIT_MIN 16384
+#define SPLIT_CHECK 512 /* length-pass entries between looks at the claim */
+
+enum { PART_FINDING, PART_PARSING, PART_TAKEN, PART_FAILED };
 
 typedef struct split_part {
     tzr_reader *r;
@@ -852,11 +858,15 @@ typedef struct split_part {
     parse_lane lane;
     tzr_arena strings;
     names_helper *names;
+    atomic_int state;       /* PART_*: who parses the part */
     int rc;
 } split_part;
 
-/* Parts taken by split threads, over all opens (tests). */
-TZR_HIDDEN atomic_size_t tzr_reader_split_parts;
+/* Split threads started and parts the opener took back, over all opens;
+ * tests set order to 1 to have the thread always parse its part, 2 to
+ * have the opener always take it back. */
+TZR_HIDDEN atomic_size_t tzr_reader_split_parts, tzr_reader_split_taken;
+TZR_HIDDEN atomic_int tzr_reader_split_order;
 
 static int split_find_start(split_part *p) {
     index_window *w = &p->w;
@@ -869,6 +879,7 @@ static int split_find_start(split_part *p) {
     }
     size_t dims = 0;
     for (size_t i = 0; i < p->lane.from;) {
+        if (i % SPLIT_CHECK == 0 && atomic_load(&p->state) == PART_TAKEN) return 0;
         uint32_t ndim = 0;
         size_t sz = tzr_index_entry_skip(w->buf + p->pos, w->len - p->pos, &ndim);
         if (!sz) {
@@ -889,6 +900,9 @@ static int split_find_start(split_part *p) {
 static void *split_main(void *arg) {
     split_part *p = arg;
     p->rc = split_find_start(p);
+    while (!p->rc && atomic_load(&tzr_reader_split_order) == 2 && atomic_load(&p->state) != PART_TAKEN) sched_yield();
+    int expect = PART_FINDING;
+    if (!atomic_compare_exchange_strong(&p->state, &expect, p->rc ? PART_FAILED : PART_PARSING)) return NULL;
     if (!p->rc) p->rc = parse_entries(p->r, &p->w, &p->pos, &p->lane, p->names);
     return NULL;
 }
@@ -896,6 +910,7 @@ static void *split_main(void *arg) {
 /* 1: the thread runs the part [from, n). */
 static int split_start(split_part *p, tzr_reader *r, const index_window *w, size_t from, names_helper *names) {
     memset(p, 0, sizeof *p);
+    atomic_init(&p->state, PART_FINDING);
     p->r = r;
     p->w = *w;
     if (w->src) p->w = (index_window){w->src, NULL, w->cap, NULL, 0, 0, w->total};
@@ -946,7 +961,25 @@ static int parse_index(tzr_reader *r, index_window *w, size_t *end, uint64_t *re
     if (!split_on) split = r->n; /* the helper's first lane then runs on to the end, in order */
     parse_lane a = {.from = 0, .to = split_on ? split : r->n, .id = 0, .strings = &r->strings};
     int rc = parse_entries(r, w, &pos, &a, helped ? &names : NULL);
-    if (split_on) pthread_join(part.th, NULL);
+    if (split_on) {
+        while (atomic_load(&tzr_reader_split_order) == 1 && atomic_load(&part.state) == PART_FINDING) sched_yield();
+        int expect = PART_FINDING;
+        if (atomic_compare_exchange_strong(&part.state, &expect, PART_TAKEN) && !rc) {
+            /* The thread has not begun: parse on from here, as one thread would. */
+            atomic_fetch_add_explicit(&tzr_reader_split_taken, 1, memory_order_relaxed);
+            a.from = a.to;
+            a.to = r->n;
+            rc = parse_entries(r, w, &pos, &a, helped ? &names : NULL);
+        }
+        pthread_join(part.th, NULL);
+        if (atomic_load(&part.state) == PART_TAKEN) {
+            tzr_arena_adopt(&r->strings, &part.strings);
+            free(part.w.grown);
+            free(part.own);
+            split_on = 0;
+            split = r->n; /* names: the helper's first lane ran on to the end */
+        }
+    }
     size_t dup = 0, other = 0, next[2] = {0, split}; /* without a helper: all names are ours */
     int drc = 0;
     if (helped) names_helper_end(&names, next, &drc, &dup, &other);
