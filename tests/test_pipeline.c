@@ -1008,6 +1008,206 @@ static void index_window(void) {
     unlink(path);
 }
 
+/* A large index is parsed in two parts at once: a thread takes the
+ * entries from 10240 on (of 20000), the opening thread those before. What
+ * an open reports must not depend on it: each damaged file below gives,
+ * split or not, the message the one-thread parse gives (compared whole),
+ * which names the entry and offset written here. A small index is never
+ * split, and TZR_INDEX_SPLIT=0 / TZR_INDEX_THREAD=0 turn the split off. */
+extern atomic_size_t tzr_reader_split_parts, tzr_reader_split_taken;
+extern atomic_int tzr_reader_split_order;
+int tzr_reader_totals(const tzr_reader *r, uint64_t *nbytes, uint64_t *stored, size_t *empty);
+
+/* Where entry k's header offset field is, in the file's bytes b. */
+static size_t header_field(const uint8_t *b, size_t k) {
+    size_t at = entry_at(b, k);
+    size_t nl = (size_t)b[at] | (size_t)b[at + 1] << 8;
+    size_t dl = b[at + 2 + nl + 1];
+    size_t nd = b[at + 2 + nl + 2 + dl];
+    return at + 2 + nl + 2 + dl + 1 + 4 * nd;
+}
+
+static uint64_t get64le(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int k = 7; k >= 0; k--) v = v << 8 | p[k];
+    return v;
+}
+
+/* Open `path` in each mode; every mode must give rc and the same message,
+ * holding `want`. Mode 0 (threads off) is the reference; 1: split off;
+ * 2: split, the thread parsing its part; 3: split, the opener taking it
+ * back (as when the thread gets no CPU in time); 4: as in use. */
+static void split_same_error(const char *path, int rc_want, const char *want, int split_taken) {
+    static const char *const modes[5][2] = {
+        {"TZR_INDEX_THREAD", "0"}, {"TZR_INDEX_SPLIT", "0"}, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}};
+    char ref[1024] = "";
+    for (int mode = 0; mode < 5; mode++) {
+        unsetenv("TZR_INDEX_THREAD");
+        unsetenv("TZR_INDEX_SPLIT");
+        if (modes[mode][0]) setenv(modes[mode][0], modes[mode][1], 1);
+        atomic_store(&tzr_reader_split_order, mode == 2 ? 1 : mode == 3 ? 2 : 0);
+        size_t before = atomic_load(&tzr_reader_split_parts);
+        tzr_reader *r = NULL;
+        int rc = tzr_reader_open(&r, path, NULL);
+        atomic_store(&tzr_reader_split_order, 0);
+        size_t parts = atomic_load(&tzr_reader_split_parts) - before;
+        CHECKF(parts == (mode >= 2 && split_taken ? 1u : 0u), "mode %d: %zu split parts", mode, parts);
+        CHECKF(rc == rc_want, "mode %d: rc %d, want %d: %s", mode, rc, rc_want, tzr_last_error());
+        if (!rc) {
+            tzr_reader_free(r);
+            continue;
+        }
+        if (mode == 0) {
+            snprintf(ref, sizeof ref, "%s", tzr_last_error());
+            CHECKF(strstr(ref, want) != NULL, "want '%s' in: %s", want, ref);
+        } else {
+            CHECKF(strcmp(ref, tzr_last_error()) == 0, "mode %d: '%s' against '%s'", mode, tzr_last_error(), ref);
+        }
+    }
+    unsetenv("TZR_INDEX_THREAD");
+    unsetenv("TZR_INDEX_SPLIT");
+}
+
+static void index_split_parse(void) {
+    char path[600], bad[600];
+    snprintf(path, sizeof path, "%s/split.tensors", check_tmpdir());
+    snprintf(bad, sizeof bad, "%s/split-bad.tensors", check_tmpdir());
+    gen_spec many = {20000, 64, 16, 0, NULL};
+    CHECK_OK(gen_write(&many, path));
+    size_t len = 0;
+    uint8_t *b = check_read_file(path, &len);
+    CHECK(b != NULL);
+    if (!b) return;
+    uint8_t *m = malloc(len);
+    char want[200];
+    /* Undamaged: the same table every way (lookups across the split, every
+     * byte loaded): split off, the thread's part, the part taken back. */
+    for (int split = 0; split < 3; split++) {
+        if (!split) setenv("TZR_INDEX_SPLIT", "0", 1);
+        atomic_store(&tzr_reader_split_order, split);
+        size_t before = atomic_load(&tzr_reader_split_parts), taken = atomic_load(&tzr_reader_split_taken);
+        tzr_reader *r = open_r(path, NULL, 0);
+        CHECK(atomic_load(&tzr_reader_split_parts) - before == (split ? 1u : 0u));
+        CHECKF(atomic_load(&tzr_reader_split_taken) - taken == (split == 2 ? 1u : 0u), "split %d", split);
+        atomic_store(&tzr_reader_split_order, 0);
+        unsetenv("TZR_INDEX_SPLIT");
+        if (!r) continue;
+        CHECK(tzr_reader_count(r) == 20000);
+        static const size_t probe[] = {0, 10239, 10240, 10241, 19999};
+        for (size_t k = 0; k < sizeof probe / sizeof probe[0]; k++) {
+            char nm[64];
+            size_t at = (size_t)-1;
+            snprintf(nm, sizeof nm, "layers.%zu.weight", probe[k]);
+            CHECK_OK(tzr_reader_find(r, nm, strlen(nm), &at));
+            CHECKF(at == probe[k], "%s at %zu", nm, at);
+            const tzr_tensor_info *t = tzr_reader_tensor(r, probe[k]);
+            CHECK(t->header_offset == get64le(b + header_field(b, probe[k])));
+        }
+        uint64_t nbytes = 0, stored = 0;
+        size_t empty = 1;
+        CHECK_OK(tzr_reader_totals(r, &nbytes, &stored, &empty));
+        CHECK(nbytes == get64le(b + 41) && stored == nbytes && empty == 0);
+        tzr_sink *sink = NULL;
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        CHECK_OK(tzr_load(r, sink, NULL, NULL));
+        check_host(sink, r, &many);
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
+    }
+    size_t e3000 = entry_at(b, 3000), e10239 = entry_at(b, 10239), e10240 = entry_at(b, 10240);
+    size_t e15000 = entry_at(b, 15000), e19000 = entry_at(b, 19000);
+    /* A name that is not UTF-8 in the second part, and a later one. */
+    memcpy(m, b, len);
+    m[e15000 + 2] = 0xff;
+    m[e19000 + 2] = 0xff;
+    CHECK(check_write_file(bad, m, len) == 0);
+    snprintf(want, sizeof want, "(index entry 15000 at offset %zu): tensor name is not valid UTF-8", e15000);
+    split_same_error(bad, TZR_EFORMAT, want, 1);
+    /* One in each part: the first part's. */
+    m[e3000 + 2] = 0xff;
+    CHECK(check_write_file(bad, m, len) == 0);
+    snprintf(want, sizeof want, "(index entry 3000 at offset %zu): tensor name is not valid UTF-8", e3000);
+    split_same_error(bad, TZR_EFORMAT, want, 1);
+    /* The last entry of the first part, and the first of the second. */
+    memcpy(m, b, len);
+    m[e10239 + 2] = 0xff;
+    m[e19000 + 2] = 0xff;
+    CHECK(check_write_file(bad, m, len) == 0);
+    snprintf(want, sizeof want, "(index entry 10239 at offset %zu): tensor name is not valid UTF-8", e10239);
+    split_same_error(bad, TZR_EFORMAT, want, 1);
+    memcpy(m, b, len);
+    m[e10240 + 2] = 0xff;
+    CHECK(check_write_file(bad, m, len) == 0);
+    snprintf(want, sizeof want, "(index entry 10240 at offset %zu): tensor name is not valid UTF-8", e10240);
+    split_same_error(bad, TZR_EFORMAT, want, 1);
+    /* The first entry of the second part overlaps the first part's last
+     * record (its header offset is entry 10239's): only the join can see
+     * it; a later error in the second part must not be reported instead. */
+    memcpy(m, b, len);
+    uint64_t h10239 = get64le(b + header_field(b, 10239));
+    put64(m + header_field(m, 10240), h10239);
+    CHECK(check_write_file(bad, m, len) == 0);
+    snprintf(want, sizeof want, "(index entry 10240 at offset %zu): header offset %llu overlaps", e10240,
+             (unsigned long long)h10239);
+    split_same_error(bad, TZR_EFORMAT, want, 1);
+    m[e19000 + 2] = 0xff;
+    CHECK(check_write_file(bad, m, len) == 0);
+    split_same_error(bad, TZR_EFORMAT, want, 1);
+    /* Duplicates across the parts: the first in index order. */
+    memcpy(m, b, len);
+    memcpy(m + e19000 + 2, b + entry_at(b, 12000) + 2, 19); /* 19000 named as 12000 (both in the second part) */
+    memcpy(m + e15000 + 2, b + entry_at(b, 11000) + 2, 19); /* 15000 as 11000 */
+    CHECK(check_write_file(bad, m, len) == 0);
+    snprintf(want, sizeof want, "(index entry 15000 at offset %zu): duplicate name (also entry 11000)", e15000);
+    split_same_error(bad, TZR_EDUP, want, 1);
+    memcpy(m, b, len);
+    memcpy(m + e19000 + 2, b + entry_at(b, 10000) + 2, 19); /* across the split */
+    CHECK(check_write_file(bad, m, len) == 0);
+    snprintf(want, sizeof want, "(index entry 19000 at offset %zu): duplicate name (also entry 10000)", e19000);
+    split_same_error(bad, TZR_EDUP, want, 1);
+    /* Cut inside the second part. */
+    memcpy(m, b, len);
+    put64(m + 65, e15000 + 10 - 73);
+    CHECK(check_write_file(bad, m, len) == 0);
+    snprintf(want, sizeof want, "index entry 15000 at offset %zu runs past", e15000);
+    split_same_error(bad, TZR_EFORMAT, want, 1);
+    /* A count lowered to 19000: entry 19000 stands where the padding
+     * after the second part should be (checked through that part's window). */
+    memcpy(m, b, len);
+    put64(m + 57, 19000);
+    CHECK(check_write_file(bad, m, len) == 0);
+    snprintf(want, sizeof want, "offset %zu: the index holds more entries than the 19000", e19000);
+    split_same_error(bad, TZR_EFORMAT, want, 1);
+    free(m);
+    free(b);
+    unlink(bad);
+    unlink(path);
+    /* 19000 entries (also split at 10240), the index cut inside the last
+     * entry of the first part: the thread's length pass runs out of index
+     * too. The count still fits the shorter index (29 bytes an entry at
+     * least), so the parse is reached. */
+    gen_spec mid = {19000, 64, 16, 0, NULL};
+    CHECK_OK(gen_write(&mid, path));
+    b = check_read_file(path, &len);
+    CHECK(b != NULL);
+    if (b) {
+        size_t e10230 = entry_at(b, 10230);
+        CHECKF(e10230 + 10 - 73 >= 19000 * 29, "%zu", e10230);
+        put64(b + 65, e10230 + 10 - 73);
+        CHECK(check_write_file(bad, b, len) == 0);
+        snprintf(want, sizeof want, "index entry 10230 at offset %zu runs past", e10230);
+        split_same_error(bad, TZR_EFORMAT, want, 1);
+        free(b);
+    }
+    unlink(bad);
+    unlink(path);
+    /* A small index (3000 entries): never split. */
+    gen_spec few = {3000, 64, 16, 0, NULL};
+    CHECK_OK(gen_write(&few, path));
+    split_same_error(path, 0, "", 0);
+    unlink(path);
+}
+
 /* A large index has its names entered on a helper thread while the parse
  * goes on (TZR_INDEX_THREAD=0: after it, on the opening thread). Both
  * paths, each checked to be taken: the same lookups and bytes, the same
@@ -1395,6 +1595,7 @@ int main(void) {
     RUN(open_reads);
     RUN(index_window);
     RUN(index_names_helper);
+    RUN(index_split_parse);
     RUN(scatter_fallback);
     RUN(host_one_block);
     RUN(overlapped_planning);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <unistd.h>
 
 #define DEFAULT_MAX_TENSORS (1u << 24)
@@ -107,8 +108,8 @@ int reader_fill_info(tzr_tensor_info *t, const tensor_row *row, const dtype_memo
 }
 
 /* Index entry e becomes tensor i; every field is checked before use. */
-static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_t entry_off,
-                      uint64_t data_start, uint64_t *prev_end, size_t *dims_used, dtype_memo *memo) {
+static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_t entry_off, uint64_t data_start,
+                      uint64_t *prev_end, size_t *dims_used, dtype_memo *memo, tzr_arena *strings) {
     tensor_slot *s = &r->t[i];
     tzr_tensor_info *t = &s->info;
     /* The printable name is made only for a message: this runs per tensor. */
@@ -120,7 +121,7 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
                         tzr_printable((const char *)e->name, e->name_len, nb_, sizeof nb_), i,             \
                         (unsigned long long)entry_off, m_);                                               \
     } while (0)
-    char *name = tzr_arena_alloc(&r->strings, (size_t)e->name_len + 1);
+    char *name = tzr_arena_alloc(strings, (size_t)e->name_len + 1);
     if (!name) return tzr_fail(TZR_ENOMEM, "out of memory");
     memcpy(name, e->name, e->name_len);
     name[e->name_len] = 0;
@@ -130,7 +131,7 @@ static int load_entry(tzr_reader *r, size_t i, const tzr_index_entry *e, uint64_
         BAD(TZR_EFORMAT, "structured names are only allowed on state_dict tensors");
     /* Checkpoints repeat a few dtypes: one copy, parsed once. */
     if (!memo->dtype || memo->dtype_len != e->dtype_len || memcmp(memo->dtype, e->dtype, e->dtype_len) != 0) {
-        char *dtype = tzr_arena_alloc(&r->strings, (size_t)e->dtype_len + 1);
+        char *dtype = tzr_arena_alloc(strings, (size_t)e->dtype_len + 1);
         if (!dtype) return tzr_fail(TZR_ENOMEM, "out of memory");
         memcpy(dtype, e->dtype, e->dtype_len);
         dtype[e->dtype_len] = 0;
@@ -216,9 +217,19 @@ int reader_index_names(tzr_reader *r, size_t *dup, size_t *other) { return index
  * not claimed (waiting at most for the batch in hand): a helper kept off
  * the CPU by other work then costs no wait. Results and messages are those
  * of the one-thread order: a parse error anywhere wins, then the first
- * duplicate. TZR_INDEX_THREAD=0 keeps it all on the opening thread. */
+ * duplicate. TZR_INDEX_THREAD=0 keeps it all on the opening thread.
+ *
+ * A split parse (below) fills the table in two lanes at once, the first
+ * part and the second; the helper takes whole batches of either, so names
+ * then go in out of order, and a duplicate is looked for again in order. */
 #define NAMES_THREAD_MIN 16384
 #define NAMES_BATCH 2048
+
+typedef struct names_lane {
+    size_t next;   /* names in (or claimed, while busy) */
+    size_t ready;  /* entries parsed and handed over */
+    size_t end;
+} names_lane;
 
 typedef struct names_helper {
     tzr_reader *r;
@@ -226,8 +237,7 @@ typedef struct names_helper {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* under mu: */
-    size_t ready;  /* entries parsed and handed over */
-    size_t next;   /* names in (or claimed, while busy) */
+    names_lane lane[2];
     int busy;      /* the helper holds a claimed batch */
     int finished;  /* the parse ended: the helper claims no more */
     int rc;        /* the helper's TZR_EDUP, with dup and other */
@@ -239,13 +249,25 @@ typedef struct names_helper {
 TZR_HIDDEN atomic_size_t tzr_reader_helper_names;
 TZR_HIDDEN atomic_int tzr_reader_helper_sync;
 
+static int index_threads_off(void) {
+    const char *env = getenv("TZR_INDEX_THREAD");
+    return sysconf(_SC_NPROCESSORS_ONLN) < 2 || (env && strcmp(env, "0") == 0);
+}
+
+static names_lane *names_claimable(names_helper *h) {
+    for (int l = 0; l < 2; l++)
+        if (h->lane[l].ready >= h->lane[l].next + NAMES_BATCH) return &h->lane[l];
+    return NULL;
+}
+
 static void *names_main(void *arg) {
     names_helper *h = arg;
     pthread_mutex_lock(&h->mu);
     for (;;) {
-        while (h->ready < h->next + NAMES_BATCH && !h->finished && !h->rc) pthread_cond_wait(&h->cv, &h->mu);
+        names_lane *l;
+        while (!(l = names_claimable(h)) && !h->finished && !h->rc) pthread_cond_wait(&h->cv, &h->mu);
         if (h->finished || h->rc) break;
-        size_t from = h->next, to = from + NAMES_BATCH; /* one at a time: the opener may take the rest */
+        size_t from = l->next, to = from + NAMES_BATCH; /* one at a time: the opener may take the rest */
         h->busy = 1;
         pthread_mutex_unlock(&h->mu);
         size_t dup = 0, other = 0;
@@ -253,7 +275,7 @@ static void *names_main(void *arg) {
         atomic_fetch_add_explicit(&tzr_reader_helper_names, to - from, memory_order_relaxed);
         pthread_mutex_lock(&h->mu);
         h->busy = 0;
-        h->next = to;
+        l->next = to;
         h->rc = rc, h->dup = dup, h->other = other;
         pthread_cond_broadcast(&h->cv);
     }
@@ -261,11 +283,13 @@ static void *names_main(void *arg) {
     return NULL;
 }
 
-static int names_helper_start(names_helper *h, tzr_reader *r) {
-    const char *env = getenv("TZR_INDEX_THREAD");
-    if (r->n < NAMES_THREAD_MIN || sysconf(_SC_NPROCESSORS_ONLN) < 2 || (env && strcmp(env, "0") == 0)) return 0;
+/* Lanes [0, split) and [split, n); split == n: one lane, in order. */
+static int names_helper_start(names_helper *h, tzr_reader *r, size_t split) {
+    if (r->n < NAMES_THREAD_MIN || index_threads_off()) return 0;
     memset(h, 0, sizeof *h);
     h->r = r;
+    h->lane[0] = (names_lane){0, 0, split};
+    h->lane[1] = (names_lane){split, split, r->n};
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
     if (tzr_thread_start(&h->th, names_main, h) == 0) return 1;
@@ -274,33 +298,33 @@ static int names_helper_start(names_helper *h, tzr_reader *r) {
     return 0; /* the names go in after the parse, as without the helper */
 }
 
-static void names_helper_post(names_helper *h, size_t ready) {
+static void names_helper_post(names_helper *h, int lane, size_t ready) {
+    names_lane *l = &h->lane[lane];
     pthread_mutex_lock(&h->mu);
-    h->ready = ready;
+    l->ready = ready;
     pthread_cond_broadcast(&h->cv);
-    while (atomic_load(&tzr_reader_helper_sync) && !h->rc && (h->next < ready || h->busy))
+    while (atomic_load(&tzr_reader_helper_sync) && !h->rc && !h->finished &&
+           (l->next + NAMES_BATCH <= l->ready || h->busy))
         pthread_cond_wait(&h->cv, &h->mu);
     pthread_mutex_unlock(&h->mu);
 }
 
-/* The parse has ended: stop the helper after its batch in hand; returns
- * where its names end (the rest is the caller's), its result in *rc. */
-static size_t names_helper_end(names_helper *h, int *rc, size_t *dup, size_t *other) {
+/* The parse has ended: stop the helper after its batch in hand; leaves in
+ * next[] where its names end in each lane (the rest is the caller's), its
+ * result in *rc. */
+static void names_helper_end(names_helper *h, size_t next[2], int *rc, size_t *dup, size_t *other) {
     pthread_mutex_lock(&h->mu);
     h->finished = 1;
     pthread_cond_broadcast(&h->cv);
     while (h->busy) pthread_cond_wait(&h->cv, &h->mu);
-    size_t next = h->next;
+    next[0] = h->lane[0].next, next[1] = h->lane[1].next;
     *rc = h->rc, *dup = h->dup, *other = h->other;
     pthread_mutex_unlock(&h->mu);
     pthread_join(h->th, NULL);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
-    return next;
 }
 
-/* A compression block (from a header or the frame directory) against the
- * tensor's index entry: the checks a block cannot make alone. */
 static int check_comp_vs_index(const tzr_tensor_info *t, const tzr_comp_info *ci) {
     /* Only codecs with a row can be expanded; any other id would be
      * planned and delivered as if its stored bytes were the tensor. */
@@ -793,14 +817,26 @@ static uint64_t entry_offset(const index_window *w, size_t k) {
     return rc ? 0 : again.base + pos;
 }
 
-/* Every entry into the tensor table: *pos ends after the last one (in the
- * window), *prev_end where the last record ends, *data_sum their data. */
-static int parse_entries(tzr_reader *r, index_window *w, size_t *pos, uint64_t *prev_end, uint64_t *data_sum,
-                         names_helper *names) {
+/* Entries [from, to) of the index, in order, into the tensor table. The
+ * whole index is one lane; a split parse (below) has two, one a thread. */
+typedef struct parse_lane {
+    size_t from, to;
+    int id;                 /* the names helper's lane */
+    tzr_arena *strings;     /* names and dtypes go here */
+    size_t dims_used;       /* r->dims from here on */
+    uint64_t prev_end;      /* where the last record parsed ends */
+    uint64_t first_header;  /* entry `from`'s header offset */
+    uint64_t data_sum;
+    uint64_t nbytes, stored; /* as reader_count_tensor, added to r's at the end */
+    size_t empty;
+    int overflow;
+} parse_lane;
+
+/* *pos ends after the lane's last entry (in the window). */
+static int parse_entries(tzr_reader *r, index_window *w, size_t *pos, parse_lane *l, names_helper *names) {
     uint64_t data_start = TZR_PROLOGUE_LEN + r->fh.metadata_len;
-    size_t dims_used = 0;
     dtype_memo memo = {0};
-    for (size_t i = 0; i < r->n; i++) {
+    for (size_t i = l->from; i < l->to; i++) {
         tzr_index_entry e;
         int rc = window_entry(w, pos, &e);
         uint64_t at = w->base + *pos; /* where the entry starts (or the window, when it ran past) */
@@ -809,14 +845,137 @@ static int parse_entries(tzr_reader *r, index_window *w, size_t *pos, uint64_t *
                           r->src->name, i, (unsigned long long)(TZR_PROLOGUE_LEN + at), (unsigned long long)w->total);
         if (!rc) {
             at -= tzr_index_entry_size(e.name_len, e.dtype_len, e.ndim);
-            rc = load_entry(r, i, &e, TZR_PROLOGUE_LEN + at, data_start, prev_end, &dims_used, &memo);
+            if (i == l->from) l->first_header = e.header_offset;
+            rc = load_entry(r, i, &e, TZR_PROLOGUE_LEN + at, data_start, &l->prev_end, &l->dims_used, &memo,
+                            l->strings);
         }
         if (rc) return rc;
-        reader_count_tensor(r, &r->t[i].info);
-        if (!tzr_add_ok(*data_sum, e.data_length, data_sum)) *data_sum = UINT64_MAX;
-        if (names && (i + 1) % NAMES_BATCH == 0) names_helper_post(names, i + 1);
+        const tzr_tensor_info *t = &r->t[i].info;
+        if (__builtin_add_overflow(l->nbytes, t->nbytes, &l->nbytes) ||
+            __builtin_add_overflow(l->stored, t->data_length, &l->stored))
+            l->overflow = 1;
+        l->empty += t->data_length == 0;
+        if (!tzr_add_ok(l->data_sum, e.data_length, &l->data_sum)) l->data_sum = UINT64_MAX;
+        if (names && (i + 1 - l->from) % NAMES_BATCH == 0) names_helper_post(names, l->id, i + 1);
     }
     return 0;
+}
+
+/* The lanes' sums into the reader's totals and *data_sum. */
+static void add_lane(tzr_reader *r, const parse_lane *l, uint64_t *data_sum) {
+    if (l->overflow || __builtin_add_overflow(r->total_nbytes, l->nbytes, &r->total_nbytes) ||
+        __builtin_add_overflow(r->total_stored, l->stored, &r->total_stored))
+        r->totals_known = 0;
+    r->total_empty += l->empty;
+    if (!tzr_add_ok(*data_sum, l->data_sum, data_sum)) *data_sum = UINT64_MAX;
+}
+
+/* Split parse, for large indexes: a thread parses the second part of the
+ * entries while the opening thread parses the first, each filling its own
+ * rows of the table (and its faults: fresh table pages cost as much as the
+ * parse here). Entries carry no length, so the thread first finds where
+ * its part starts by a pass that reads only lengths, through a window of
+ * its own. Its first entry is checked against the first part's last
+ * record at the join. Any error, in either part or at the join, and any
+ * duplicate name, has the whole index parsed again in order on one
+ * thread: what is reported is exactly what the one-thread parse reports.
+ * A thread that has not begun its part when the opener reaches it (kept
+ * off the CPU on a busy machine) loses it: the opener parses on, in order.
+ * From SPLIT_MIN entries; TZR_INDEX_SPLIT=0 (or TZR_INDEX_THREAD=0) off. */
+#define SPLIT_MIN 16384
+#define SPLIT_CHECK 512 /* length-pass entries between looks at the claim */
+
+enum { PART_FINDING, PART_PARSING, PART_TAKEN, PART_FAILED };
+
+typedef struct split_part {
+    tzr_reader *r;
+    pthread_t th;
+    index_window w;         /* its own, or the one in memory */
+    uint8_t *own;           /* w's first buffer (sliding) */
+    size_t pos;
+    parse_lane lane;
+    tzr_arena strings;
+    names_helper *names;
+    atomic_int state;       /* PART_*: who parses the part */
+    int rc;
+} split_part;
+
+/* Split threads started and parts the opener took back, over all opens;
+ * tests set order to 1 to have the thread always parse its part, 2 to
+ * have the opener always take it back. */
+TZR_HIDDEN atomic_size_t tzr_reader_split_parts, tzr_reader_split_taken;
+TZR_HIDDEN atomic_int tzr_reader_split_order;
+
+static int split_find_start(split_part *p) {
+    index_window *w = &p->w;
+    if (w->src) {
+        p->own = malloc(w->cap);
+        if (!p->own) return TZR_ENOMEM;
+        w->buf = p->own;
+        int rc = window_slide(w, 0);
+        if (rc) return rc;
+    }
+    size_t dims = 0;
+    for (size_t i = 0; i < p->lane.from;) {
+        if (i % SPLIT_CHECK == 0 && atomic_load(&p->state) == PART_TAKEN) return 0;
+        uint32_t ndim = 0;
+        size_t sz = tzr_index_entry_skip(w->buf + p->pos, w->len - p->pos, &ndim);
+        if (!sz) {
+            if (!w->src || w->base + w->len >= w->total) return TZR_ETRUNC; /* the first part reports it */
+            int rc = window_slide(w, p->pos);
+            if (rc) return rc;
+            p->pos = 0;
+            continue;
+        }
+        p->pos += sz;
+        dims += ndim;
+        i++;
+    }
+    p->lane.dims_used = dims;
+    return 0;
+}
+
+static void *split_main(void *arg) {
+    split_part *p = arg;
+    p->rc = split_find_start(p);
+    while (!p->rc && atomic_load(&tzr_reader_split_order) == 2 && atomic_load(&p->state) != PART_TAKEN) sched_yield();
+    int expect = PART_FINDING;
+    if (!atomic_compare_exchange_strong(&p->state, &expect, p->rc ? PART_FAILED : PART_PARSING)) return NULL;
+    if (!p->rc) p->rc = parse_entries(p->r, &p->w, &p->pos, &p->lane, p->names);
+    return NULL;
+}
+
+/* 1: the thread runs the part [from, n). */
+static int split_start(split_part *p, tzr_reader *r, const index_window *w, size_t from, names_helper *names) {
+    memset(p, 0, sizeof *p);
+    atomic_init(&p->state, PART_FINDING);
+    p->r = r;
+    p->w = *w;
+    if (w->src) p->w = (index_window){w->src, NULL, w->cap, NULL, 0, 0, w->total};
+    p->lane = (parse_lane){.from = from, .to = r->n, .id = 1, .strings = &p->strings};
+    /* Its names and dtypes fit in what is left of the index after where it starts. */
+    p->strings.block_size = (size_t)w->total + 64;
+    p->names = names;
+    if (tzr_thread_start(&p->th, split_main, p) != 0) return 0;
+    atomic_fetch_add_explicit(&tzr_reader_split_parts, 1, memory_order_relaxed);
+    return 1;
+}
+
+static size_t split_point(const tzr_reader *r) {
+    const char *env = getenv("TZR_INDEX_SPLIT");
+    if (r->n < SPLIT_MIN || index_threads_off() || (env && strcmp(env, "0") == 0)) return r->n;
+    /* Past the middle: the thread starts late by its length pass (0.8 ms
+     * of a 6 ms parse of 100k entries, measured). Whole names batches, so
+     * the helper takes the first part in full. */
+    return (size_t)((uint64_t)r->n * 37 / 64) / NAMES_BATCH * NAMES_BATCH;
+}
+
+static int dup_error(tzr_reader *r, index_window *w, size_t dup, size_t other) {
+    char nb[TZR_NAMEBUF];
+    const tzr_tensor_info *t = &r->t[dup].info;
+    return tzr_fail(TZR_EDUP, "%s: tensor '%s' (index entry %zu at offset %llu): duplicate name (also entry %zu)",
+                    r->src->name, tzr_printable(t->name, t->name_len, nb, sizeof nb), dup,
+                    (unsigned long long)(TZR_PROLOGUE_LEN + entry_offset(w, dup)), other);
 }
 
 static int parse_index(tzr_reader *r, index_window *w, size_t *end, uint64_t *records_end, uint64_t *data_bytes) {
@@ -831,26 +990,79 @@ static int parse_index(tzr_reader *r, index_window *w, size_t *end, uint64_t *re
     if (!r->t || !r->dims || !r->buckets) return tzr_fail(TZR_ENOMEM, "out of memory for %llu tensors", (unsigned long long)n);
     r->strings.block_size = (size_t)len + 64; /* names and dtypes fit in the index */
     size_t pos = 0;
-    uint64_t prev_end = 0, data_sum = 0;
     r->totals_known = 1;
+    size_t split = split_point(r);
     names_helper names;
-    int helped = names_helper_start(&names, r);
-    int rc = parse_entries(r, w, &pos, &prev_end, &data_sum, helped ? &names : NULL);
-    size_t dup = 0, other = 0, from = 0;
-    int drc = 0;
-    if (helped) from = names_helper_end(&names, &drc, &dup, &other);
-    if (rc) return rc;
-    if (!drc) drc = index_names_range(r, from, r->n, &dup, &other);
-    if (drc) { /* find the entry again, for its offset */
-        char nb[TZR_NAMEBUF];
-        const tzr_tensor_info *t = &r->t[dup].info;
-        return tzr_fail(TZR_EDUP, "%s: tensor '%s' (index entry %zu at offset %llu): duplicate name (also entry %zu)",
-                        r->src->name, tzr_printable(t->name, t->name_len, nb, sizeof nb), dup,
-                        (unsigned long long)(TZR_PROLOGUE_LEN + entry_offset(w, dup)), other);
+    int helped = names_helper_start(&names, r, split);
+    split_part part;
+    int split_on = split < r->n && split_start(&part, r, w, split, helped ? &names : NULL);
+    if (!split_on) split = r->n; /* the helper's first lane then runs on to the end, in order */
+    parse_lane a = {.from = 0, .to = split_on ? split : r->n, .id = 0, .strings = &r->strings};
+    int rc = parse_entries(r, w, &pos, &a, helped ? &names : NULL);
+    if (split_on) {
+        while (atomic_load(&tzr_reader_split_order) == 1 && atomic_load(&part.state) == PART_FINDING) sched_yield();
+        int expect = PART_FINDING;
+        if (atomic_compare_exchange_strong(&part.state, &expect, PART_TAKEN) && !rc) {
+            /* The thread has not begun: parse on from here, as one thread would. */
+            atomic_fetch_add_explicit(&tzr_reader_split_taken, 1, memory_order_relaxed);
+            a.from = a.to;
+            a.to = r->n;
+            rc = parse_entries(r, w, &pos, &a, helped ? &names : NULL);
+        }
+        pthread_join(part.th, NULL);
+        if (atomic_load(&part.state) == PART_TAKEN) {
+            tzr_arena_adopt(&r->strings, &part.strings);
+            free(part.w.grown);
+            free(part.own);
+            split_on = 0;
+            split = r->n; /* names: the helper's first lane ran on to the end */
+        }
     }
+    size_t dup = 0, other = 0, next[2] = {0, split}; /* without a helper: all names are ours */
+    int drc = 0;
+    if (helped) names_helper_end(&names, next, &drc, &dup, &other);
+    if (split_on) {
+        tzr_arena_adopt(&r->strings, &part.strings); /* freed with the reader, whatever follows */
+        int again = rc || part.rc || part.lane.first_header < a.prev_end;
+        if (!again && !drc) drc = index_names_range(r, next[0], split, &dup, &other);
+        if (!again && !drc) drc = index_names_range(r, next[1], r->n, &dup, &other);
+        if (!again && !drc) { /* the second part's window goes on to the padding check */
+            free(w->grown);
+            *w = part.w;
+            if (part.w.grown) free(part.own);
+            w->grown = part.w.grown ? part.w.grown : part.own;
+            pos = part.pos;
+            add_lane(r, &a, data_bytes);
+            add_lane(r, &part.lane, data_bytes);
+            *end = pos;
+            *records_end = part.lane.prev_end;
+            return 0;
+        }
+        free(part.w.grown);
+        free(part.own);
+        /* Again in order, on this thread, for the one-thread result. */
+        memset(r->buckets, 0, r->nbuckets * sizeof *r->buckets);
+        r->total_nbytes = r->total_stored = 0;
+        r->total_empty = 0;
+        r->totals_known = 1;
+        pos = 0;
+        if (w->src) {
+            w->base = w->len = 0;
+            rc = window_slide(w, 0);
+            if (rc) return rc;
+        }
+        a = (parse_lane){.from = 0, .to = r->n, .id = 0, .strings = &r->strings};
+        rc = parse_entries(r, w, &pos, &a, NULL);
+        next[0] = next[1] = 0;
+        split = r->n;
+        drc = 0;
+    }
+    if (rc) return rc;
+    if (!drc) drc = index_names_range(r, next[0], split, &dup, &other);
+    if (drc) return dup_error(r, w, dup, other); /* find the entry again, for its offset */
+    add_lane(r, &a, data_bytes);
     *end = pos; /* in the window */
-    *records_end = n ? prev_end : TZR_PROLOGUE_LEN + r->fh.metadata_len;
-    *data_bytes = data_sum;
+    *records_end = n ? a.prev_end : TZR_PROLOGUE_LEN + r->fh.metadata_len;
     return 0;
 }
 

@@ -70,6 +70,17 @@ int tzr_parse_index_entry(tzr_cursor *c, tzr_index_entry *e) {
     return c->bad ? TZR_ETRUNC : 0;
 }
 
+size_t tzr_index_entry_skip(const uint8_t *p, size_t len, uint32_t *ndim) {
+    if (len < 2) return 0;
+    size_t at = 2 + (size_t)tzr_ld16(p) + 1; /* name, type */
+    if (at >= len) return 0;
+    at += 1 + (size_t)p[at]; /* dtype */
+    if (at >= len) return 0;
+    *ndim = p[at];
+    at += 1 + 4 * (size_t)p[at] + 24; /* dims, three offsets */
+    return at <= len ? at : 0;
+}
+
 size_t tzr_index_entry_size(size_t name_len, size_t dtype_len, uint32_t ndim) {
     return 29 + name_len + dtype_len + 4 * (size_t)ndim;
 }

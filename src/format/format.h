@@ -67,6 +67,10 @@ typedef struct tzr_index_entry {
 
 /* Parse one index entry at the cursor (pointers refer into the buffer). */
 TZR_HIDDEN int tzr_parse_index_entry(tzr_cursor *c, tzr_index_entry *e);
+/* The byte size of the index entry at p[0, len) and its ndim, reading only
+ * its lengths (finding where an entry starts, far into an index): 0 when
+ * it runs past len. */
+TZR_HIDDEN size_t tzr_index_entry_skip(const uint8_t *p, size_t len, uint32_t *ndim);
 TZR_HIDDEN size_t tzr_index_entry_size(size_t name_len, size_t dtype_len, uint32_t ndim);
 TZR_HIDDEN void tzr_emit_index_entry(uint8_t *out, const tzr_index_entry *e);
 
