@@ -27,21 +27,26 @@
 #include <string.h>
 #include <unistd.h>
 
-int tzr_shard_target(const tzr_shard_set *s, size_t i, int rank, int nranks, const char *rules, int *dim,
-                     uint64_t *offset, uint64_t *length) {
-    if (!s || i >= s->tb.n || nranks < 1 || rank < 0 || rank >= nranks)
-        return tzr_fail(TZR_EINVAL, "target: bad tensor %zu or rank %d of %d", i, rank, nranks);
-    const shard_entry *e = &s->tb.t[i];
-    shard_rules rl;
-    int rc = shard_rules_parse(rules, &rl);
-    if (rc) return rc;
+/* The split dim and this rank's chunk of entry e under parsed rules. */
+static void target_of(const shard_entry *e, const shard_rules *rl, int rank, int nranks, int *dim, uint64_t *offset,
+                      uint64_t *length) {
     int d = e->pub.dim;
-    shard_rules_match(&rl, e->name, e->pub.name_len, e->pub.ndim, &d);
-    shard_rules_free(&rl);
+    shard_rules_match(rl, e->name, e->pub.name_len, e->pub.ndim, &d);
     *offset = *length = 0;
     if (nranks == 1 || e->pub.ndim == 0) d = TZR_SHARD_REPLICATED;
     *dim = d;
     if (d != TZR_SHARD_REPLICATED) tzr_shard_chunk(e->shape[d], nranks, rank, offset, length);
+}
+
+int tzr_shard_target(const tzr_shard_set *s, size_t i, int rank, int nranks, const char *rules, int *dim,
+                     uint64_t *offset, uint64_t *length) {
+    if (!s || i >= s->tb.n || nranks < 1 || rank < 0 || rank >= nranks)
+        return tzr_fail(TZR_EINVAL, "target: bad tensor %zu or rank %d of %d", i, rank, nranks);
+    shard_rules rl;
+    int rc = shard_rules_parse(rules, &rl);
+    if (rc) return rc;
+    target_of(&s->tb.t[i], &rl, rank, nranks, dim, offset, length);
+    shard_rules_free(&rl);
     return 0;
 }
 
@@ -93,12 +98,16 @@ typedef struct mapping {
     uint64_t itemsize;
 } mapping;
 
-/* One shard's load: local tensor index -> mapping (NULL: not needed). */
+/* One shard's load: local tensor index -> the target's index + 1 (0: not
+ * needed) and its mapping, NULL where the shard tensor is the whole
+ * target (a replicated tensor, or one rank): its bytes go to the same
+ * offsets, through the destination's own direct path, with no box work. */
 typedef struct shard_job {
     tzr_sink base;
     tzr_sink *dest;
+    size_t *tgt;
     mapping **map;
-    size_t nlocal;
+    size_t nlocal, nwhole; /* nwhole: local tensors that are whole targets */
 } shard_job;
 
 /* words: MAPPING_WORDS * ndim of the arena, for this mapping alone. */
@@ -166,7 +175,8 @@ static uint64_t mapping_dest(const mapping *m, uint64_t off, uint64_t *contiguou
 static void *job_direct(tzr_sink *s, size_t index, uint64_t off, uint64_t len) {
     shard_job *j = (shard_job *)s;
     mapping *m = j->map[index];
-    if (!j->dest->direct || !m) return NULL;
+    if (!j->dest->direct || !j->tgt[index]) return NULL;
+    if (!m) return j->dest->direct(j->dest, j->tgt[index] - 1, off, len);
     uint64_t room, at = mapping_dest(m, off, &room);
     return len <= room ? j->dest->direct(j->dest, m->target, at, len) : NULL;
 }
@@ -174,6 +184,7 @@ static void *job_direct(tzr_sink *s, size_t index, uint64_t off, uint64_t len) {
 static int job_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const void *src, size_t len) {
     shard_job *j = (shard_job *)s;
     mapping *m = j->map[index];
+    if (!m) return j->dest->submit(j->dest, slot, j->tgt[index] - 1, off, src, len);
     const uint8_t *b = src;
     int rc = 0;
     while (len && !rc) {
@@ -222,12 +233,13 @@ static void overall_progress(void *ctx, uint64_t done, uint64_t total) {
 static int job_filter(void *ctx, size_t index, const tzr_tensor_info *t) {
     (void)t;
     shard_job *j = ctx;
-    return index < j->nlocal && j->map[index] != NULL;
+    return index < j->nlocal && j->tgt[index] != 0;
 }
 
 static int job_select(void *ctx, size_t index, const tzr_tensor_info *t, tzr_byte_selection *sel) {
     (void)t;
-    return mapping_selection(((shard_job *)ctx)->map[index], sel);
+    const mapping *m = ((shard_job *)ctx)->map[index];
+    return m ? mapping_selection(m, sel) : 0;
 }
 
 /* The target's tensor_info handed to the destination sink. */
@@ -238,14 +250,18 @@ typedef struct target {
     uint64_t offset, length;
 } target;
 
+/* The rules parsed once (per tensor, their parse was a tenth of the set's
+ * load layer). */
 static int make_targets(tzr_shard_set *s, int rank, int nranks, const char *rules, target *tg, uint64_t *shapes) {
+    shard_rules rl;
+    int rc = shard_rules_parse(rules, &rl);
+    if (rc) return rc;
     for (size_t i = 0; i < s->tb.n; i++) {
         const shard_entry *e = &s->tb.t[i];
         target *t = &tg[i];
         t->shape = shapes;
         shapes += e->pub.ndim;
-        int rc = tzr_shard_target(s, i, rank, nranks, rules, &t->dim, &t->offset, &t->length);
-        if (rc) return rc;
+        target_of(e, &rl, rank, nranks, &t->dim, &t->offset, &t->length);
         memcpy(t->shape, e->shape, e->pub.ndim * sizeof *t->shape);
         if (t->dim >= 0) t->shape[t->dim] = t->length;
         tzr_tensor_info *f = &t->info;
@@ -266,6 +282,7 @@ static int make_targets(tzr_shard_set *s, int rank, int nranks, const char *rule
         f->uncompressed_length = f->stored_length = f->data_length = f->nbytes;
         f->byte_planes = 1;
     }
+    shard_rules_free(&rl);
     return 0;
 }
 
@@ -279,11 +296,18 @@ static void build_jobs(tzr_shard_set *s, int rank, const target *tg, const unsig
     for (size_t i = 0; i < s->tb.n; i++) {
         const shard_entry *e = &s->tb.t[i];
         if (!want[i] || tg[i].info.nbytes == 0) continue;
+        /* a replicated tensor is read from one holder, spread over ranks */
+        if (e->pub.dim == TZR_SHARD_REPLICATED && tg[i].dim == TZR_SHARD_REPLICATED && e->nslices) {
+            const shard_slice *sl = &e->slices[(size_t)rank % e->nslices];
+            jobs[sl->shard].tgt[sl->local] = i + 1; /* whole to whole: no mapping */
+            jobs[sl->shard].nwhole++;
+            any[sl->shard] = 1;
+            continue;
+        }
         box dst;
         box_of(&dst, e, tg[i].dim, tg[i].offset, tg[i].length);
         for (size_t q = 0; q < e->nslices; q++) {
             const shard_slice *sl = &e->slices[q];
-            /* a replicated tensor is read from one holder, spread over ranks */
             if (e->pub.dim == TZR_SHARD_REPLICATED && q != (size_t)rank % e->nslices) continue;
             box src, cut;
             box_copy(&cut, &dst);
@@ -299,6 +323,7 @@ static void build_jobs(tzr_shard_set *s, int rank, const target *tg, const unsig
             mapping_init(m, e, i, &src, &dst, &cut, words + wused);
             wused += (size_t)MAPPING_WORDS * e->pub.ndim;
             jobs[sl->shard].map[sl->local] = m;
+            jobs[sl->shard].tgt[sl->local] = i + 1;
             any[sl->shard] = 1;
         }
     }
@@ -415,7 +440,8 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
         j->dest = dest;
         j->nlocal = tzr_reader_count(s->readers[k]);
         j->map = tzr_calloc_big(j->nlocal ? j->nlocal : 1, sizeof *j->map);
-        if (!j->map) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        j->tgt = tzr_calloc_big(j->nlocal ? j->nlocal : 1, sizeof *j->tgt);
+        if (!j->map || !j->tgt) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     }
     if (!rc) build_jobs(s, rank, tg, want, jobs, pool, words, any);
     for (int k = 0; !rc && k < ns; k++) {
@@ -429,9 +455,12 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
                 lo.struct_size = sizeof lo;
             }
             lo.verify = s->verify && tzr_reader_format(r) == TZR_FORMAT_TENSORIZER; /* safetensors: no hashes */
-            lo.filter = job_filter;
+            /* A shard wholly wanted as whole targets loads as a plain file
+             * (no per-tensor filter and select pass over its table). */
+            int whole = j->nwhole == j->nlocal;
+            lo.filter = whole ? NULL : job_filter;
             lo.filter_ctx = j;
-            lo.select = job_select;
+            lo.select = whole ? NULL : job_select;
             lo.select_ctx = j;
             lo.on_tensor = NULL; /* shard tensors are not the caller's tensors */
             lo.on_tensor_error = NULL;
@@ -448,7 +477,7 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
             if (st.staging_bytes > sum.staging_bytes) sum.staging_bytes = st.staging_bytes;
         }
     }
-    for (int k = 0; jobs && k < ns; k++) free(jobs[k].map);
+    for (int k = 0; jobs && k < ns; k++) free(jobs[k].map), free(jobs[k].tgt);
     free(jobs);
     free(any);
     for (size_t i = 0; !rc && s->verify && i < n; i++) {
