@@ -933,15 +933,24 @@ static void put64(uint8_t *p, uint64_t v) {
 /* A large index on a local source is parsed through a sliding 64 KiB
  * window: what is found past the first window is reported at its own
  * offset, and an entry larger than the window is read whole. */
+/* The index tests' file: n generated entries at <tmp>/<stem>.tensors, its
+ * damaged copies to go to <tmp>/<stem>-bad.tensors; its bytes, or NULL. */
+static uint8_t *index_fixture(const char *stem, const gen_spec *spec, char *path, char *bad, size_t cap,
+                              size_t *len) {
+    snprintf(path, cap, "%s/%s.tensors", check_tmpdir(), stem);
+    snprintf(bad, cap, "%s/%s-bad.tensors", check_tmpdir(), stem);
+    CHECK_OK(gen_write(spec, path));
+    *len = 0;
+    uint8_t *b = check_read_file(path, len);
+    CHECK(b != NULL);
+    return b;
+}
+
 static void index_window(void) {
     char path[600], bad[600];
-    snprintf(path, sizeof path, "%s/window.tensors", check_tmpdir());
-    snprintf(bad, sizeof bad, "%s/window-bad.tensors", check_tmpdir());
     gen_spec many = {3000, 64, 16, 0, NULL};
-    CHECK_OK(gen_write(&many, path));
-    size_t len = 0;
-    uint8_t *b = check_read_file(path, &len);
-    CHECK(b != NULL);
+    size_t len;
+    uint8_t *b = index_fixture("window", &many, path, bad, sizeof path, &len);
     if (!b) return;
     size_t e1500 = entry_at(b, 1500), e2000 = entry_at(b, 2000), e2500 = entry_at(b, 2500), e2999 = entry_at(b, 2999);
     CHECK(e1500 > 73 + (64u << 10)); /* all past the first window */
@@ -1070,13 +1079,9 @@ static void split_same_error(const char *path, int rc_want, const char *want, in
 
 static void index_split_parse(void) {
     char path[600], bad[600];
-    snprintf(path, sizeof path, "%s/split.tensors", check_tmpdir());
-    snprintf(bad, sizeof bad, "%s/split-bad.tensors", check_tmpdir());
     gen_spec many = {20000, 64, 16, 0, NULL};
-    CHECK_OK(gen_write(&many, path));
-    size_t len = 0;
-    uint8_t *b = check_read_file(path, &len);
-    CHECK(b != NULL);
+    size_t len;
+    uint8_t *b = index_fixture("split", &many, path, bad, sizeof path, &len);
     if (!b) return;
     uint8_t *m = malloc(len);
     char want[200];
@@ -1218,13 +1223,9 @@ extern atomic_int tzr_reader_helper_sync;
 
 static void index_names_helper(void) {
     char path[600], bad[600];
-    snprintf(path, sizeof path, "%s/names.tensors", check_tmpdir());
-    snprintf(bad, sizeof bad, "%s/names-bad.tensors", check_tmpdir());
     gen_spec many = {20000, 64, 16, 0, NULL};
-    CHECK_OK(gen_write(&many, path));
-    size_t len = 0;
-    uint8_t *b = check_read_file(path, &len);
-    CHECK(b != NULL);
+    size_t len;
+    uint8_t *b = index_fixture("names", &many, path, bad, sizeof path, &len);
     if (!b) return;
     uint8_t *m = malloc(len);
     size_t e10000 = entry_at(b, 10000), e11000 = entry_at(b, 11000), e12000 = entry_at(b, 12000);
