@@ -632,15 +632,16 @@ int tzr_reader_key_opens_others(tzr_reader *r, size_t failed, int *opens) {
     return 0;
 }
 
-int tzr_reader_hash_begin(tzr_reader *r, size_t i, int sha, tzr_hasher *hs) {
-    if (r->safetensors) {
-        char what[TZR_NAMEBUF + 256];
-        return tzr_fail(TZR_ENOTSUP, "%s: a safetensors file stores no hashes to verify",
-                        tzr_reader_what(r, i, what, sizeof what));
-    }
-    const tzr_tensor_header *h;
-    int rc = tzr_reader_header(r, i, &h);
-    if (rc) return rc;
+static int no_hashes_in_safetensors(tzr_reader *r, size_t i) {
+    char what[TZR_NAMEBUF + 256];
+    return tzr_fail(TZR_ENOTSUP, "%s: a safetensors file stores no hashes to verify",
+                    tzr_reader_what(r, i, what, sizeof what));
+}
+
+/* Start a hash with header h parsed from bytes (its raw header). */
+static int hash_begin(tzr_reader *r, size_t i, const tzr_tensor_header *h, const uint8_t *bytes, int sha,
+                      tzr_hasher *hs) {
+    int rc;
     if (!h->has_crc32 && !h->has_sha256) {
         char what[TZR_NAMEBUF + 256];
         return tzr_fail(TZR_EHASH, "%s: header at offset %llu: no hashes stored to verify",
@@ -657,14 +658,30 @@ int tzr_reader_hash_begin(tzr_reader *r, size_t i, int sha, tzr_hasher *hs) {
         tzr_hasher_free(hs);
         return tzr_fail(TZR_ENOMEM, "out of memory");
     }
-    size_t n = tzr_hashable_header(r->t[i].hdr_bytes, len, h, tmp);
+    size_t n = tzr_hashable_header(bytes, len, h, tmp);
     tzr_hasher_update(hs, tmp, n);
     if (tmp != stackbuf) free(tmp);
     return 0;
 }
 
-int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs) {
-    const tzr_tensor_header *h = r->t[i].hdr;
+int tzr_reader_hash_begin(tzr_reader *r, size_t i, int sha, tzr_hasher *hs) {
+    if (r->safetensors) return no_hashes_in_safetensors(r, i);
+    const tzr_tensor_header *h;
+    int rc = tzr_reader_header(r, i, &h);
+    if (rc) return rc;
+    return hash_begin(r, i, h, r->t[i].hdr_bytes, sha, hs);
+}
+
+int tzr_reader_hash_begin_bytes(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len, int sha, tzr_hasher *hs,
+                                tzr_tensor_header *h) {
+    if (r->safetensors) return no_hashes_in_safetensors(r, i);
+    int rc = check_header(r, i, bytes, len, h);
+    if (rc) return rc;
+    __atomic_store_n(&r->t[i].info.module_idx, h->module_idx, __ATOMIC_RELAXED);
+    return hash_begin(r, i, h, bytes, sha, hs);
+}
+
+static int hash_check(tzr_reader *r, size_t i, const tzr_tensor_header *h, tzr_hasher *hs) {
     uint32_t crc = 0;
     uint8_t sha[32];
     tzr_hasher_final(hs, &crc, sha);
@@ -677,6 +694,12 @@ int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs) {
         return tzr_fail(TZR_EHASH, "%s at offset %llu: sha256 mismatch", tzr_reader_what(r, i, what, sizeof what),
                         (unsigned long long)t->data_offset);
     return 0;
+}
+
+int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs) { return hash_check(r, i, r->t[i].hdr, hs); }
+
+int tzr_reader_hash_check_with(tzr_reader *r, size_t i, const tzr_tensor_header *h, tzr_hasher *hs) {
+    return hash_check(r, i, h, hs);
 }
 
 /* Where the index's n entries end within the first `have` bytes of it, or

@@ -39,8 +39,16 @@ TZR_HIDDEN int tzr_reader_key_opens_others(tzr_reader *r, size_t failed, int *op
 /* Start a hash of tensor i: feeds the hashable header. sha == 0: CRC32
  * only (TZR_VERIFY_CRC32), SHA-256 where a tensor has nothing else. */
 TZR_HIDDEN int tzr_reader_hash_begin(tzr_reader *r, size_t i, int sha, tzr_hasher *hs);
+/* tzr_reader_hash_begin over the header bytes (len) the caller holds, with
+ * nothing kept: they are checked against the index and parsed into *h,
+ * which must outlive hs (a verify of many small tensors spent its time
+ * copying each header into the reader's cache under its lock). */
+TZR_HIDDEN int tzr_reader_hash_begin_bytes(tzr_reader *r, size_t i, const uint8_t *bytes, size_t len, int sha,
+                                           tzr_hasher *hs, tzr_tensor_header *h);
 /* Finish and compare with the stored hashes (frees hs). */
 TZR_HIDDEN int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs);
+/* The same against h, the header hs was begun with by hash_begin_bytes. */
+TZR_HIDDEN int tzr_reader_hash_check_with(tzr_reader *r, size_t i, const tzr_tensor_header *h, tzr_hasher *hs);
 TZR_HIDDEN int tzr_reader_verifying(const tzr_reader *r);
 /* Sums over every tensor, made at open: of nbytes, of data_length, and the
  * count of tensors without data. 0 when known, else nonzero (a sum

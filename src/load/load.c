@@ -71,9 +71,10 @@ static pipeline *pipeline_new(tzr_reader *r, tzr_sink *sink, const tzr_load_opti
     p->opt = opt;
     p->verify = opt->verify >= 0 ? opt->verify : tzr_reader_verifying(r);
     p->verify_sha = opt->verify_level != TZR_VERIFY_CRC32;
-    /* Only verification needs a header after its check (plaintext: no
-     * crypt or frame tables); not keeping 100k parsed copies saves time. */
-    p->keep_headers = p->verify || tzr_reader_encrypted(r) || tzr_reader_compressed(r);
+    /* Only decryption and expansion need every header after its check
+     * (a verify keeps those of tensors in several pieces: header_kept);
+     * not keeping 100k parsed copies saves time. */
+    p->keep_headers = tzr_reader_encrypted(r) || tzr_reader_compressed(r);
     p->n = tzr_reader_count(r);
     pthread_mutex_init(&p->slot_lock, NULL);
     pthread_cond_init(&p->slot_cond, NULL);

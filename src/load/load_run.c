@@ -232,15 +232,34 @@ static pthread_mutex_t *tensor_lock(pipeline *p, size_t tensor) { return &p->ten
 /* The piece's CRC32 is computed apart (run_unit) and only combined here. */
 static int early_crc(const pipeline *p, const piece *pc) { return p->piece_crc && pc->len >= EARLY_CRC_MIN; }
 
+/* A tensor of one piece, its header read with it (hdr, of hlen bytes):
+ * hashed against that header where it lies, nothing kept in the reader
+ * (see header_kept). */
+static int hashed_alone(const pipeline *p, const piece *pc, const uint8_t *hdr) {
+    return hdr && !p->keep_headers && p->ts[pc->tensor].pieces_total == 1;
+}
+
+/* Whether a header read with the data goes into the reader's cache:
+ * always where decryption or expansion needs it later; for a verify, only
+ * for a tensor of several pieces, whose hash is begun by whichever piece
+ * comes first. Copying 100k small headers into the cache under its lock
+ * was half of a verified load's time. */
+static int header_kept(const pipeline *p, const piece *pc) {
+    return p->keep_headers || (p->verify && p->ts[pc->tensor].pieces_total != 1);
+}
+
 /* Hash pieces of one tensor strictly in order, delivering each after its
  * hash. Called with the piece that may be next; parks it otherwise. Adds
  * the bytes it delivers to *delivered (the caller reports progress once a
  * unit). A tensor of one piece has nothing to order: no lock (on
- * many-tensor files the locks, shared by index, were contended). */
-static int hash_in_order(pipeline *p, piece *pc, uint64_t *delivered) {
+ * many-tensor files the locks, shared by index, were contended); when
+ * hashed_alone, hdr is its header. */
+static int hash_in_order(pipeline *p, piece *pc, const uint8_t *hdr, size_t hlen, uint64_t *delivered) {
     thash *t = &p->th[pc->tensor];
     pthread_mutex_t *lock = tensor_lock(p, pc->tensor);
     int alone = p->ts[pc->tensor].pieces_total == 1;
+    tzr_tensor_header own; /* hdr parsed, when hashed_alone */
+    const tzr_tensor_header *with = hashed_alone(p, pc, hdr) ? &own : NULL;
     if (!alone) {
         pthread_mutex_lock(lock);
         if (t->hashing || t->hashed_upto != pc->toff) {
@@ -259,7 +278,8 @@ static int hash_in_order(pipeline *p, piece *pc, uint64_t *delivered) {
         /* A bad tensor's remaining pieces are only counted. */
         int skip = load_is_bad(p, pc->tensor);
         if (!rc && !skip && pc->toff == 0) {
-            rc = tzr_reader_hash_begin(p->r, pc->tensor, p->verify_sha, &t->hs); /* reads the header if needed */
+            rc = with ? tzr_reader_hash_begin_bytes(p->r, pc->tensor, hdr, hlen, p->verify_sha, &t->hs, &own)
+                      : tzr_reader_hash_begin(p->r, pc->tensor, p->verify_sha, &t->hs); /* reads the header if needed */
             t->hs_live = rc == 0;
             if (rc) rc = load_tensor_fail(p, rc, pc->tensor), skip = 1;
         }
@@ -271,7 +291,8 @@ static int hash_in_order(pipeline *p, piece *pc, uint64_t *delivered) {
         const tzr_tensor_info *info = tzr_reader_tensor(p->r, pc->tensor);
         if (!rc && !skip && pc->toff + pc->len == info->uncompressed_length) {
             t->hs_live = 0;
-            rc = tzr_reader_hash_check(p->r, pc->tensor, &t->hs);
+            rc = with ? tzr_reader_hash_check_with(p->r, pc->tensor, with, &t->hs)
+                      : tzr_reader_hash_check(p->r, pc->tensor, &t->hs);
             if (rc) rc = load_tensor_fail(p, rc, pc->tensor);
         }
         if (!rc) rc = deliver(p, pc, bytes, s);
@@ -567,9 +588,10 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
         }
         if (k + 2 * HEADER_PREFETCH < un->count) /* and the offsets that find them */
             __builtin_prefetch(&tzr_reader_tensor(p->r, p->pieces[un->first + k + 2 * HEADER_PREFETCH].tensor)->header_offset);
-        if (hdr) {
-            rc = p->keep_headers ? tzr_reader_install_header(p->r, pc->tensor, hdr, hlen)
-                                 : tzr_reader_check_header(p->r, pc->tensor, hdr, hlen);
+        /* (A verify's own parse checks the header of a tensor hashed alone.) */
+        if (hdr && !(p->verify && hashed_alone(p, pc, hdr))) {
+            rc = header_kept(p, pc) ? tzr_reader_install_header(p->r, pc->tensor, hdr, hlen)
+                                    : tzr_reader_check_header(p->r, pc->tensor, hdr, hlen);
             if (rc && (rc = load_tensor_fail(p, rc, pc->tensor))) {
                 free(gap_at);
                 return rc;
@@ -583,7 +605,7 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
         if (p->verify) {
             if (early_crc(p, pc) && !load_is_bad(p, pc->tensor))
                 p->piece_crc[pc - p->pieces] = tzr_crc32(0, piece_bytes(p, pc), (size_t)pc->len);
-            rc = hash_in_order(p, pc, &delivered);
+            rc = hash_in_order(p, pc, hdr, hlen, &delivered);
             if (!rc && k + 1 == un->count) progress(p, delivered);
         } else {
             rc = deliver(p, pc, bytes, s);

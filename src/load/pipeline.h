@@ -207,7 +207,7 @@ typedef struct pipeline {
     pthread_mutex_t tensor_locks[TENSOR_LOCKS];
     size_t staging_bytes;
     size_t header_batch;    /* tensors per phase-1 task */
-    int keep_headers;       /* headers read with the data are installed, not only checked */
+    int keep_headers;       /* headers read with the data are installed, not only checked (a verify: header_kept) */
     int headers_read;       /* phase 1 ran: every selected header is installed */
     /* Overlapped planning (local plaintext loads): workers run units while
      * the calling thread plans the rest and another thread calls
