@@ -2,6 +2,7 @@
 
 #include <isa-l/crc.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <zlib.h>
 
 /* ISA-L rather than zlib or libdeflate: its folding CRC uses VPCLMULQDQ
@@ -20,14 +21,23 @@ void tzr_sha256(const void *data, size_t len, uint8_t out[32]) {
     EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
 }
 
+/* SHA-256 fetched from its provider once: EVP_sha256() in every init had
+ * OpenSSL 3 look it up again under a lock, per tensor (a tenth of a
+ * verify of 100k small tensors, both workers queueing). Never freed: one
+ * per process, as OpenSSL's own. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+static void fetch_sha256(void) { sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL); }
+
 int tzr_hasher_init(tzr_hasher *h, int want_crc, int want_sha) {
     h->want_crc = want_crc;
     h->want_sha = want_sha;
     h->crc = 0;
     h->sha = NULL;
     if (want_sha) {
+        pthread_once(&sha256_once, fetch_sha256);
         EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-        if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        if (!ctx || EVP_DigestInit_ex(ctx, sha256_md ? sha256_md : EVP_sha256(), NULL) != 1) {
             EVP_MD_CTX_free(ctx);
             return tzr_fail(TZR_ENOMEM, "cannot create a SHA-256 context");
         }
