@@ -16,11 +16,6 @@ uint32_t tzr_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
     return (uint32_t)crc32_combine64(crc_a, crc_b, (z_off64_t)len_b);
 }
 
-void tzr_sha256(const void *data, size_t len, uint8_t out[32]) {
-    unsigned int n = 32;
-    EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
-}
-
 /* SHA-256 fetched from its provider once: EVP_sha256() in every init had
  * OpenSSL 3 look it up again under a lock, per tensor (a tenth of a
  * verify of 100k small tensors, both workers queueing). Never freed: one
@@ -29,15 +24,24 @@ static EVP_MD *sha256_md;
 static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
 static void fetch_sha256(void) { sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL); }
 
+static const EVP_MD *sha256(void) {
+    pthread_once(&sha256_once, fetch_sha256);
+    return sha256_md ? sha256_md : EVP_sha256();
+}
+
+void tzr_sha256(const void *data, size_t len, uint8_t out[32]) {
+    unsigned int n = 32;
+    EVP_Digest(data, len, out, &n, sha256(), NULL);
+}
+
 int tzr_hasher_init(tzr_hasher *h, int want_crc, int want_sha) {
     h->want_crc = want_crc;
     h->want_sha = want_sha;
     h->crc = 0;
     h->sha = NULL;
     if (want_sha) {
-        pthread_once(&sha256_once, fetch_sha256);
         EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-        if (!ctx || EVP_DigestInit_ex(ctx, sha256_md ? sha256_md : EVP_sha256(), NULL) != 1) {
+        if (!ctx || EVP_DigestInit_ex(ctx, sha256(), NULL) != 1) {
             EVP_MD_CTX_free(ctx);
             return tzr_fail(TZR_ENOMEM, "cannot create a SHA-256 context");
         }
