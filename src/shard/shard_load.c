@@ -455,6 +455,7 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
                 lo.struct_size = sizeof lo;
             }
             lo.verify = s->verify && tzr_reader_format(r) == TZR_FORMAT_TENSORIZER; /* safetensors: no hashes */
+            if (lo.verify) tzr_reader_want_headers(r); /* for check_headers after the load */
             /* A shard wholly wanted as whole targets loads as a plain file
              * (no per-tensor filter and select pass over its table). */
             int whole = j->nwhole == j->nlocal;
