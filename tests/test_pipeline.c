@@ -1557,17 +1557,73 @@ static void header_check_in_place(void) {
     if (b) b[at] = 9;
     CHECK(b && check_write_file(bad_path, b, len) == 0);
     free(b);
-    for (int off = 0; off < 2; off++) {
-        if (off) setenv("TZR_PLAN_OVERLAP", "0", 1);
+    /* Checked in place (overlap on), by the full parse (off), and by a
+     * verify's own parse of a tensor hashed alone (both levels): one
+     * message, naming the tensor. */
+    char first[1024] = "";
+    for (int mode = 0; mode < 4; mode++) {
+        if (mode == 1) setenv("TZR_PLAN_OVERLAP", "0", 1);
         r = open_r(bad_path, NULL, 0);
         tzr_sink *sink;
         CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
-        CHECK_RC(tzr_load(r, sink, NULL, NULL), TZR_EFORMAT);
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.verify = mode >= 2;
+        o.verify_level = mode == 3 ? TZR_VERIFY_CRC32 : TZR_VERIFY_FULL;
+        CHECK_RC(tzr_load(r, sink, &o, NULL), TZR_EFORMAT);
         CHECK(strstr(tzr_last_error(), "unknown hash type 9 with length 4") != NULL);
         CHECK(strstr(tzr_last_error(), "layers.7.weight") != NULL);
+        CHECK(tzr_last_error_tensor() && strcmp(tzr_last_error_tensor(), "layers.7.weight") == 0);
+        if (mode == 0) snprintf(first, sizeof first, "%s", tzr_last_error());
+        else if (strcmp(first, tzr_last_error()) != 0) check_fail("mode %d: \"%s\", not \"%s\"", mode, tzr_last_error(), first);
         tzr_sink_free(sink);
         tzr_reader_free(r);
         unsetenv("TZR_PLAN_OVERLAP");
+    }
+    unlink(bad_path);
+}
+
+/* A verify hashes the header bytes it read with the data, not the index:
+ * a module index changed in a small tensor's header (which the index does
+ * not hold, so no header check sees it) fails the CRC32 and SHA-256 of
+ * that tensor, and an unverified load takes it. */
+static void verify_hashes_header_bytes(void) {
+    tzr_reader *r = open_r(plain_path, NULL, 0);
+    size_t k = 0;
+    while (k < tzr_reader_count(r) && tzr_reader_tensor(r, k)->data_length >= ((uint64_t)64 << 10)) k++;
+    CHECK(k < tzr_reader_count(r));
+    if (k >= tzr_reader_count(r)) {
+        tzr_reader_free(r);
+        return;
+    }
+    const tzr_tensor_info *t = tzr_reader_tensor(r, k);
+    uint64_t at = t->header_offset + 8; /* the module index */
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)t->name_len, t->name);
+    tzr_reader_free(r);
+    size_t len;
+    uint8_t *b = check_read_file(plain_path, &len);
+    CHECK(b && at + 1 < len);
+    char bad_path[600];
+    snprintf(bad_path, sizeof bad_path, "%s/bad-module.tensors", check_tmpdir());
+    if (b) b[at] ^= 0x40;
+    CHECK(b && check_write_file(bad_path, b, len) == 0);
+    free(b);
+    for (int mode = 0; mode < 3; mode++) {
+        r = open_r(bad_path, NULL, 0);
+        tzr_sink *sink;
+        CHECK_OK(tzr_sink_host_new(&sink, NULL, NULL));
+        tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
+        o.verify = mode > 0;
+        o.verify_level = mode == 2 ? TZR_VERIFY_CRC32 : TZR_VERIFY_FULL;
+        if (mode == 0) {
+            CHECK_OK(tzr_load(r, sink, &o, NULL));
+        } else {
+            CHECK_RC(tzr_load(r, sink, &o, NULL), TZR_EHASH);
+            CHECK(strstr(tzr_last_error(), "crc32 mismatch") != NULL);
+            CHECK(tzr_last_error_tensor() && strcmp(tzr_last_error_tensor(), name) == 0);
+        }
+        tzr_sink_free(sink);
+        tzr_reader_free(r);
     }
     unlink(bad_path);
 }
@@ -1601,5 +1657,6 @@ int main(void) {
     RUN(host_one_block);
     RUN(overlapped_planning);
     RUN(header_check_in_place);
+    RUN(verify_hashes_header_bytes);
     return check_done();
 }

@@ -2,6 +2,7 @@
 
 #include <isa-l/crc.h>
 #include <openssl/evp.h>
+#include <openssl/opensslv.h>
 #include <pthread.h>
 #include <zlib.h>
 
@@ -19,7 +20,9 @@ uint32_t tzr_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
 /* SHA-256 fetched from its provider once: EVP_sha256() in every init had
  * OpenSSL 3 look it up again under a lock, per tensor (a tenth of a
  * verify of 100k small tensors, both workers queueing). Never freed: one
- * per process, as OpenSSL's own. */
+ * per process, as OpenSSL's own; fetched with the default properties in
+ * force at the first hash. */
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
 static EVP_MD *sha256_md;
 static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
 static void fetch_sha256(void) { sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL); }
@@ -28,6 +31,9 @@ static const EVP_MD *sha256(void) {
     pthread_once(&sha256_once, fetch_sha256);
     return sha256_md ? sha256_md : EVP_sha256();
 }
+#else
+static const EVP_MD *sha256(void) { return EVP_sha256(); } /* (OpenSSL 1.1 looks nothing up) */
+#endif
 
 void tzr_sha256(const void *data, size_t len, uint8_t out[32]) {
     unsigned int n = 32;

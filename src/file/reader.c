@@ -41,8 +41,9 @@ const char *tzr_reader_what(const tzr_reader *r, size_t i, char *buf, size_t cap
 }
 
 int tzr_reader_verifying(const tzr_reader *r) { return r->verify; }
-void tzr_reader_want_headers(tzr_reader *r) { r->headers_wanted = 1; }
-int tzr_reader_headers_wanted(const tzr_reader *r) { return r->headers_wanted; }
+/* (Atomic: ranks of one shard set may load on several threads at once.) */
+void tzr_reader_want_headers(tzr_reader *r) { __atomic_store_n(&r->headers_wanted, 1, __ATOMIC_RELAXED); }
+int tzr_reader_headers_wanted(const tzr_reader *r) { return __atomic_load_n(&r->headers_wanted, __ATOMIC_RELAXED); }
 
 int tzr_reader_totals(const tzr_reader *r, uint64_t *nbytes, uint64_t *stored, size_t *empty) {
     if (!r->totals_known) return 1;
