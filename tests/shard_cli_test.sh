@@ -23,6 +23,15 @@ assert split["model.embed_tokens.weight"] == 1, split["model.embed_tokens.weight
 assert split["model.norm.weight"] is None
 PY
 check manifest_verify $DT "$T/s.tzr-index.json" --verify
+# The manifest's layout (formats/shards.md): one tensor entry a line.
+check manifest_one_tensor_a_line python3 - "$T/s.tzr-index.json" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+tensors = json.loads(text)["tensors"]
+lines = [l for l in text.splitlines() if l.startswith('  {"name":')]
+assert len(tensors) > 3 and len(lines) == len(tensors), (len(lines), len(tensors))
+assert [json.loads(l.rstrip(","))["name"] for l in lines] == [t["name"] for t in tensors]
+PY
 $DT "$T/s.tzr-index.json" -q -o "$T/back.safetensors"
 $TZ -q "$T/back.safetensors" -o "$T/back.tensors"
 check manifest_export_reassembles cmp "$T/back.tensors" "$T/m.tensors"

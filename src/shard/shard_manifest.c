@@ -62,11 +62,39 @@ fail:
     return NULL;
 }
 
+/* The manifest's text, grown as it is written. */
+typedef struct text_buf {
+    char *p;
+    size_t n, cap;
+} text_buf;
+
+static int text_put(const char *s, size_t len, void *ctx) {
+    text_buf *b = ctx;
+    if (len > b->cap - b->n) {
+        size_t cap = b->cap ? b->cap : 1 << 16;
+        while (cap - b->n < len) cap *= 2;
+        char *g = realloc(b->p, cap);
+        if (!g) return -1;
+        b->p = g;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, len);
+    b->n += len;
+    return 0;
+}
+
+static int text_puts(text_buf *b, const char *s) { return text_put(s, strlen(s), b); }
+
+/* The members before "tensors" indented, then one tensor a line: a
+ * 100k-tensor manifest is a fifth smaller (so a fifth less to read and
+ * scan at every open) than indented throughout, and a grep for a tensor
+ * finds its whole entry. Entries are written as they are made, never
+ * held as one tree. */
 int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path, unsigned flags) {
-    json_t *root = json_object(), *shards = json_array(), *ts = json_array();
-    char *text = NULL;
+    json_t *root = json_object(), *shards = json_array();
+    text_buf text = {0};
     int rc = TZR_ENOMEM;
-    if (!root || !shards || !ts) goto out;
+    if (!root || !shards) goto out;
     json_object_set_new(root, "format", json_string(sidecar_shard >= 0 ? SHARD_FORMAT "-part" : SHARD_FORMAT));
     json_object_set_new(root, "version", json_integer(SHARD_VERSION));
     json_object_set_new(root, "shard_count", json_integer(tb->nshards));
@@ -78,6 +106,12 @@ int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path,
     }
     json_object_set_new(root, "shards", shards);
     shards = NULL;
+    /* "{\n ...\n}": everything but its closing line, then the list. */
+    if (json_dump_callback(root, text_put, &text, JSON_INDENT(1) | JSON_ENSURE_ASCII) || text.n < 2 ||
+        text.p[text.n - 1] != '}')
+        goto out;
+    text.n -= 2;
+    if (text_puts(&text, ",\n \"tensors\": [")) goto out;
     for (size_t i = 0; i < tb->n; i++) {
         json_t *e = entry_json(&tb->t[i]);
         if (!e) {
@@ -86,23 +120,24 @@ int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path,
                           tzr_printable(tb->t[i].name, tb->t[i].pub.name_len, nb, sizeof nb));
             goto out;
         }
-        json_array_append_new(ts, e);
+        int bad = text_puts(&text, i ? ",\n  " : "\n  ") ||
+                  json_dump_callback(e, text_put, &text, JSON_COMPACT | JSON_ENSURE_ASCII);
+        json_decref(e);
+        if (bad) goto out;
     }
-    json_object_set_new(root, "tensors", ts);
-    ts = NULL;
-    if (!(text = json_dumps(root, JSON_INDENT(1) | JSON_ENSURE_ASCII))) goto out;
+    if (text_puts(&text, tb->n ? "\n ]\n}\n" : "]\n}\n")) goto out;
     /* As every output: a temporary file beside path (removed on a signal),
      * published with a rename that, with TZR_OUTPUT_NOREPLACE, fails
      * "exists" rather than replace what another writer put there. */
     tzr_output *o;
     if ((rc = tzr_output_open_file_flags(&o, path, flags))) goto out;
-    rc = o->pwrite_at(o, text, strlen(text), 0);
+    rc = o->pwrite_at(o, text.p, text.n, 0);
     if (!rc) rc = o->finish(o);
     o->destroy(o);
 out:
     if (rc == TZR_ENOMEM) tzr_fail(rc, "out of memory");
-    free(text);
-    json_decref(root), json_decref(shards), json_decref(ts);
+    free(text.p);
+    json_decref(root), json_decref(shards);
     return rc;
 }
 
