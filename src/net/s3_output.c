@@ -356,7 +356,7 @@ static int multipart_etag(s3_out *o, size_t n, char out[64]) {
         if (*e == '"') e++;
         uint8_t md5[16];
         for (int k = 0; ok && k < 16; k++) {
-            unsigned v;
+            unsigned v = 0;
             ok = isxdigit((unsigned char)e[2 * k]) && isxdigit((unsigned char)e[2 * k + 1]) &&
                  sscanf(e + 2 * k, "%2x", &v) == 1;
             md5[k] = (uint8_t)v;
