@@ -2,30 +2,11 @@
  * by the compact JSON array Python's json.dumps(ensure_ascii=True) gives. */
 #include "internal.h"
 #include "names.h"
+#include "text_buf.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
-
-typedef struct strbuf {
-    char *p;
-    size_t len, cap;
-} strbuf;
-
-static int sb_put(strbuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 64;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
-}
 
 /* Decode one UTF-8 code point; returns bytes used or 0 if invalid. */
 static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
@@ -65,10 +46,10 @@ int tzr_utf8_valid(const char *s, size_t n) {
 }
 
 /* A JSON string exactly as Python's json.dumps(ensure_ascii=True) writes it. */
-static int put_json_string(strbuf *b, const char *s, size_t n) {
+static int put_json_string(tzr_text *b, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     char esc[16];
-    if (sb_put(b, "\"", 1)) return -1;
+    if (tzr_text_put(b, "\"", 1)) return -1;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         size_t k = utf8_next(u + i, n - i, &cp);
@@ -96,13 +77,13 @@ static int put_json_string(strbuf *b, const char *s, size_t n) {
             uint32_t v = cp - 0x10000;
             m = snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
         }
-        if (sb_put(b, esc, (size_t)m)) return -1;
+        if (tzr_text_put(b, esc, (size_t)m)) return -1;
     }
-    return sb_put(b, "\"", 1);
+    return tzr_text_put(b, "\"", 1);
 }
 
 int tzr_json_string(const char *s, size_t n, char **out, size_t *out_len) {
-    strbuf b = {0};
+    tzr_text b = {0};
     int rc = put_json_string(&b, s, n);
     if (rc) {
         free(b.p);
@@ -117,20 +98,20 @@ int tzr_json_string(const char *s, size_t n, char **out, size_t *out_len) {
 int tzr_name_build(const tzr_name_part *parts, size_t n, char **out, size_t *out_len) {
     *out = NULL;
     if (!parts || n == 0) return tzr_fail(TZR_EINVAL, "structured name needs at least one part");
-    strbuf b = {0};
-    int rc = sb_put(&b, "\x1e[", 2);
+    tzr_text b = {0};
+    int rc = tzr_text_put(&b, "\x1e[", 2);
     for (size_t i = 0; i < n && rc == 0; i++) {
-        if (i) rc = sb_put(&b, ",", 1);
+        if (i) rc = tzr_text_put(&b, ",", 1);
         if (rc) break;
         if (parts[i].str) {
             rc = put_json_string(&b, parts[i].str, strlen(parts[i].str));
         } else {
             char num[24];
             int m = snprintf(num, sizeof num, "%llu", (unsigned long long)parts[i].idx);
-            rc = sb_put(&b, num, (size_t)m);
+            rc = tzr_text_put(&b, num, (size_t)m);
         }
     }
-    if (rc == 0) rc = sb_put(&b, "]", 1);
+    if (rc == 0) rc = tzr_text_put(&b, "]", 1);
     if (rc) {
         free(b.p);
         return rc == -2 ? tzr_fail(TZR_EINVAL, "name part is not valid UTF-8")

@@ -3,6 +3,7 @@
 #include "shard_internal.h"
 #include "mem.h"
 #include "scheme.h"
+#include "text_buf.h"
 #include "tzr_http.h"
 
 #include <jansson.h>
@@ -62,28 +63,10 @@ fail:
     return NULL;
 }
 
-/* The manifest's text, grown as it is written. */
-typedef struct text_buf {
-    char *p;
-    size_t n, cap;
-} text_buf;
+/* json_dump_callback's sink. */
+static int text_put(const char *s, size_t len, void *ctx) { return tzr_text_put(ctx, s, len); }
 
-static int text_put(const char *s, size_t len, void *ctx) {
-    text_buf *b = ctx;
-    if (len > b->cap - b->n) {
-        size_t cap = b->cap ? b->cap : 1 << 16;
-        while (cap - b->n < len) cap *= 2;
-        char *g = realloc(b->p, cap);
-        if (!g) return -1;
-        b->p = g;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, len);
-    b->n += len;
-    return 0;
-}
-
-static int text_puts(text_buf *b, const char *s) { return text_put(s, strlen(s), b); }
+static int text_puts(tzr_text *b, const char *s) { return tzr_text_put(b, s, strlen(s)); }
 
 /* The members before "tensors" indented, then one tensor a line: a
  * 100k-tensor manifest is a fifth smaller (so a fifth less to read and
@@ -92,7 +75,7 @@ static int text_puts(text_buf *b, const char *s) { return text_put(s, strlen(s),
  * held as one tree. */
 int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path, unsigned flags) {
     json_t *root = json_object(), *shards = json_array();
-    text_buf text = {0};
+    tzr_text text = {0};
     int rc = TZR_ENOMEM;
     if (!root || !shards) goto out;
     json_object_set_new(root, "format", json_string(sidecar_shard >= 0 ? SHARD_FORMAT "-part" : SHARD_FORMAT));
@@ -107,10 +90,10 @@ int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path,
     json_object_set_new(root, "shards", shards);
     shards = NULL;
     /* "{\n ...\n}": everything but its closing line, then the list. */
-    if (json_dump_callback(root, text_put, &text, JSON_INDENT(1) | JSON_ENSURE_ASCII) || text.n < 2 ||
-        text.p[text.n - 1] != '}')
+    if (json_dump_callback(root, text_put, &text, JSON_INDENT(1) | JSON_ENSURE_ASCII) || text.len < 2 ||
+        text.p[text.len - 1] != '}')
         goto out;
-    text.n -= 2;
+    text.len -= 2;
     if (text_puts(&text, ",\n \"tensors\": [")) goto out;
     for (size_t i = 0; i < tb->n; i++) {
         json_t *e = entry_json(&tb->t[i]);
@@ -131,7 +114,7 @@ int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path,
      * "exists" rather than replace what another writer put there. */
     tzr_output *o;
     if ((rc = tzr_output_open_file_flags(&o, path, flags))) goto out;
-    rc = o->pwrite_at(o, text.p, text.n, 0);
+    rc = o->pwrite_at(o, text.p, text.len, 0);
     if (!rc) rc = o->finish(o);
     o->destroy(o);
 out:
