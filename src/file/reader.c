@@ -684,7 +684,7 @@ int tzr_reader_hash_begin_bytes(tzr_reader *r, size_t i, const uint8_t *bytes, s
     return hash_begin(r, i, h, bytes, sha, hs);
 }
 
-static int hash_check(tzr_reader *r, size_t i, const tzr_tensor_header *h, tzr_hasher *hs) {
+int tzr_reader_hash_check_with(tzr_reader *r, size_t i, const tzr_tensor_header *h, tzr_hasher *hs) {
     uint32_t crc = 0;
     uint8_t sha[32];
     tzr_hasher_final(hs, &crc, sha);
@@ -699,10 +699,8 @@ static int hash_check(tzr_reader *r, size_t i, const tzr_tensor_header *h, tzr_h
     return 0;
 }
 
-int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs) { return hash_check(r, i, r->t[i].hdr, hs); }
-
-int tzr_reader_hash_check_with(tzr_reader *r, size_t i, const tzr_tensor_header *h, tzr_hasher *hs) {
-    return hash_check(r, i, h, hs);
+int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs) {
+    return tzr_reader_hash_check_with(r, i, r->t[i].hdr, hs);
 }
 
 /* Where the index's n entries end within the first `have` bytes of it, or

@@ -18,23 +18,33 @@ static double now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The file range the load reads: from its first unit to its last, or,
+ * planned later (overlapped), from the first selected record with data to
+ * the last. Empty (lo == hi) when nothing is read. */
+static void read_span(const pipeline *p, uint64_t *lo, uint64_t *hi) {
+    *lo = *hi = 0;
+    if (!p->overlap) {
+        if (p->nunits) *lo = p->units[0].off, *hi = p->units[p->nunits - 1].off + p->units[p->nunits - 1].len;
+        return;
+    }
+    size_t a = 0, b = p->n;
+    while (a < p->n && !(p->want[a] && tzr_reader_tensor(p->r, a)->data_length)) a++;
+    while (b > a && !(p->want[b - 1] && tzr_reader_tensor(p->r, b - 1)->data_length)) b--;
+    if (a < b) {
+        const tzr_tensor_info *ta = tzr_reader_tensor(p->r, a), *tb = tzr_reader_tensor(p->r, b - 1);
+        *lo = ta->header_offset, *hi = tb->data_offset + tb->data_length;
+    }
+}
+
 /* O_DIRECT: on when asked, or (auto) when the source supports it and the
  * data is not in the page cache, where bypassing it saves a copy and keeps
  * the cache for others; a warm cache is faster buffered. */
 static int choose_direct(pipeline *p, tzr_source *src) {
     int want = p->opt->direct_io == TZR_DIRECT_ON;
-    if (p->opt->direct_io == TZR_DIRECT_AUTO && src->set_direct && src->is_cached && p->overlap) {
-        /* Planned later: the selected records' span stands for the units'. */
-        size_t a = 0, b = p->n;
-        while (a < p->n && !(p->want[a] && tzr_reader_tensor(p->r, a)->data_length)) a++;
-        while (b > a && !(p->want[b - 1] && tzr_reader_tensor(p->r, b - 1)->data_length)) b--;
-        if (a < b) {
-            const tzr_tensor_info *ta = tzr_reader_tensor(p->r, a), *tb = tzr_reader_tensor(p->r, b - 1);
-            want = !src->is_cached(src, ta->header_offset, tb->data_offset + tb->data_length - ta->header_offset);
-        }
-    } else if (p->opt->direct_io == TZR_DIRECT_AUTO && src->set_direct && src->is_cached && p->nunits) {
-        uint64_t lo = p->units[0].off, hi = p->units[p->nunits - 1].off + p->units[p->nunits - 1].len;
-        want = !src->is_cached(src, lo, hi - lo);
+    if (p->opt->direct_io == TZR_DIRECT_AUTO && src->set_direct && src->is_cached) {
+        uint64_t lo, hi;
+        read_span(p, &lo, &hi);
+        if (hi > lo) want = !src->is_cached(src, lo, hi - lo);
     }
     if (!want) return 0;
     if (!src->set_direct || !src->direct_align) {
