@@ -1416,24 +1416,10 @@ static uint8_t *bound_bytes(size_t i) {
     return b;
 }
 
-static int write_bound_file(const char *path, size_t n) {
-    tzr_writer *w;
-    int rc = tzr_writer_open(&w, path, NULL);
-    for (size_t i = 0; i < n && !rc; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "layers.%zu.weight", i);
-        uint64_t shape[1] = {4097};
-        uint8_t *data = bound_bytes(i);
-        tzr_tensor_desc d = {name, strlen(name), TZR_PARAM, (uint16_t)(i % 5), NULL, 0, TZR_DTYPE_U8, 1, shape, 0,
-                             sizeof(tzr_tensor_desc)};
-        rc = tzr_writer_add(w, &d, data);
-        free(data);
-    }
-    if (rc) {
-        tzr_writer_abort(w);
-        return rc;
-    }
-    return tzr_writer_close(w);
+static uint8_t *bound_gen(void *ctx, size_t i, uint64_t *len, int *meta) {
+    (void)ctx;
+    *len = 4097, *meta = 0;
+    return bound_bytes(i);
 }
 
 typedef struct seen {
@@ -1474,7 +1460,7 @@ static void overlapped_planning(void) {
     gen_spec spec = {6000, 9000, 3000, 1, NULL};
     CHECK_OK(gen_write(&spec, path));
     /* Every tensor 4097 bytes, chunk 4096: two pieces and two units each. */
-    CHECK_OK(write_bound_file(over_path, 300));
+    CHECK_OK(gen_write_from(over_path, 300, bound_gen, NULL, NULL));
     tzr_load_plan_hook = slow_plan;
     for (int off = 0; off < 2; off++) {
         if (off) setenv("TZR_PLAN_OVERLAP", "0", 1);

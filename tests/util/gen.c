@@ -25,17 +25,14 @@ uint8_t *gen_expected(const gen_spec *s, size_t i, uint64_t *len, int *meta) {
     return b;
 }
 
-int gen_write(const gen_spec *s, const char *path) {
-    tzr_writer_options o = TZR_WRITER_OPTIONS_INIT;
-    o.crypt.key = s->key;
-    if (s->count * 64 > 200000) o.metadata_size = s->count * 64;
+int gen_write_from(const char *path, size_t count, gen_bytes_fn bytes, void *ctx, const tzr_writer_options *o) {
     tzr_writer *w;
-    int rc = tzr_writer_open(&w, path, &o);
+    int rc = tzr_writer_open(&w, path, o);
     if (rc) return rc;
-    for (size_t i = 0; i < s->count && !rc; i++) {
+    for (size_t i = 0; i < count && !rc; i++) {
         uint64_t len;
         int meta;
-        uint8_t *data = gen_expected(s, i, &len, &meta);
+        uint8_t *data = bytes(ctx, i, &len, &meta);
         char name[64];
         snprintf(name, sizeof name, "layers.%zu.weight", i);
         uint64_t shape[1] = {len};
@@ -48,4 +45,13 @@ int gen_write(const gen_spec *s, const char *path) {
         return rc;
     }
     return tzr_writer_close(w);
+}
+
+static uint8_t *spec_bytes(void *ctx, size_t i, uint64_t *len, int *meta) { return gen_expected(ctx, i, len, meta); }
+
+int gen_write(const gen_spec *s, const char *path) {
+    tzr_writer_options o = TZR_WRITER_OPTIONS_INIT;
+    o.crypt.key = s->key;
+    if (s->count * 64 > 200000) o.metadata_size = s->count * 64;
+    return gen_write_from(path, s->count, spec_bytes, (void *)s, &o);
 }

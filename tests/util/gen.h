@@ -21,4 +21,9 @@ typedef struct gen_spec {
 uint8_t *gen_expected(const gen_spec *s, size_t i, uint64_t *len, int *meta);
 /* Write the file; returns 0 or a TZR code. */
 int gen_write(const gen_spec *s, const char *path);
+/* Tensor i's bytes (malloc'd), their length and whether it is meta. */
+typedef uint8_t *(*gen_bytes_fn)(void *ctx, size_t i, uint64_t *len, int *meta);
+/* The file gen_write writes (count tensors "layers.<i>.weight", 1-D u8,
+ * module i % 5) with the bytes `bytes` gives; o may be NULL. */
+int gen_write_from(const char *path, size_t count, gen_bytes_fn bytes, void *ctx, const tzr_writer_options *o);
 #endif
