@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,6 +448,39 @@ static void bad_manifests(void) {
     expect_refused(d, TZR_EFORMAT, "model.tzr-index.json", NULL);
 }
 
+/* Ranks of one set loading on threads at once, two threads per rank (so
+ * two load each shard file together): each gets its own pieces (tsan
+ * watches the shared readers). */
+typedef struct rank_thread {
+    tzr_shard_set *s;
+    int rank, rc;
+    tzr_shard_result *res;
+} rank_thread;
+
+static void *load_one_rank(void *arg) {
+    rank_thread *t = arg;
+    t->rc = tzr_shard_load_rank(t->s, t->rank, 4, NULL, &t->res);
+    return NULL;
+}
+
+static void ranks_side_by_side(void) {
+    tzr_shard_set *s = open_set(dir8);
+    if (!s) return;
+    rank_thread t[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) {
+        t[i] = (rank_thread){s, i % 4, -1, NULL};
+        CHECK(pthread_create(&th[i], NULL, load_one_rank, &t[i]) == 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        CHECKF(t[i].rc == 0, "thread %d (rank %d of 4): %d", i, t[i].rank, t[i].rc);
+        if (t[i].res) check_result(t[i].res, t[i].rank, 4, default_dims);
+        tzr_shard_result_free(t[i].res);
+    }
+    tzr_shard_close(s);
+}
+
 /* The shard files are checked on several threads: with several of them
  * broken, every open reports the lowest broken one (as a one-by-one open
  * does), with its own message, whichever thread met it. */
@@ -820,6 +854,7 @@ int main(void) {
     RUN(writer_api);
     RUN(build_rejects);
     RUN(bad_manifests);
+    RUN(ranks_side_by_side);
     RUN(first_broken_shard_reported);
     RUN(corrupt_shard_data);
     RUN(replaced_shard);

@@ -455,9 +455,17 @@ int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t *bytes, siz
     if (!s->hdr_bytes) {
         kept->h = h;
         s->hdr = &kept->h;
-        __atomic_store_n(&s->info.module_idx, h.module_idx, __ATOMIC_RELAXED);
-        s->info.encrypted = h.crypt.encrypted;
-        set_comp_fields(&s->info, &h.comp);
+        /* Written only where the header changes them: another load of
+         * this reader may be planning from these fields meanwhile, and for
+         * a plain file (the headers agree with the index) that is no race. */
+        if (__atomic_load_n(&s->info.module_idx, __ATOMIC_RELAXED) != h.module_idx)
+            __atomic_store_n(&s->info.module_idx, h.module_idx, __ATOMIC_RELAXED);
+        if (s->info.encrypted != h.crypt.encrypted) s->info.encrypted = h.crypt.encrypted;
+        tzr_tensor_info with = s->info;
+        set_comp_fields(&with, &h.comp);
+        if (with.compression != s->info.compression || with.byte_planes != s->info.byte_planes ||
+            with.frame_size != s->info.frame_size || with.frames != s->info.frames)
+            set_comp_fields(&s->info, &h.comp);
         s->hdr_bytes = copy;
     }
     pthread_mutex_unlock(&r->lock);
