@@ -194,10 +194,17 @@ typedef struct tzr_shard_open_options {
     "*embed_tokens.*=0,*lm_head.*=0,*.o_proj.weight=1,*.down_proj.weight=1"
 
 
-/* Open a manifest: parses it, checks the tiling, checks every shard file
- * exists with the recorded size and holds each listed slice with the
- * expected dtype and local shape. A plain `.tensors` path is accepted too
- * and opened as one shard holding every tensor replicated. */
+/* Open a manifest: parses it, checks the tiling, and checks that every
+ * local shard file exists with the recorded size. Each shard file's index
+ * is read, and checked to hold every listed slice with the expected dtype
+ * and local shape, when a load, tzr_shard_reader or
+ * tzr_shard_check_headers first needs that shard: a rank that reads one
+ * shard of eight reads one index. A shard that fails its check fails
+ * every use with the same error. With a key or password (`crypt`) or
+ * network settings (`http`), which are only borrowed while opening, every
+ * shard file (URLs too) is opened and checked here instead. A plain
+ * `.tensors` path is accepted too and opened as one shard holding every
+ * tensor replicated. */
 TZR_API int tzr_shard_open(tzr_shard_set **out, const char *path, const tzr_shard_open_options *opt);
 /* path may also be a Hugging Face checkpoint: a directory (its
  * model.safetensors.index.json, else every *.safetensors file in it,
@@ -220,7 +227,9 @@ TZR_API void tzr_shard_close(tzr_shard_set *s);
 TZR_API size_t tzr_shard_count(const tzr_shard_set *s);
 TZR_API int tzr_shard_nshards(const tzr_shard_set *s);
 TZR_API const tzr_shard_tensor *tzr_shard_tensor_at(const tzr_shard_set *s, size_t i);
-/* Shard k's reader (valid while s lives). */
+/* Shard k's reader (valid while s lives), opened and checked first if no
+ * load has needed it yet; NULL with the error set if it cannot be. Safe
+ * from several threads. */
 TZR_API tzr_reader *tzr_shard_reader(const tzr_shard_set *s, int k);
 /* Every tensor header of shard k against the header SHA-256 the manifest
  * records for it (headers not yet read are read): TZR_EHASH naming the

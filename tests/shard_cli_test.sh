@@ -83,13 +83,25 @@ check manifest_verify_swapped_shard sh -c "test $rc = 1 && grep -q 'shard 0: ten
 mkdir "$T/bn"
 $TZ -q "$T/m.safetensors" --shards 2 -o "$T/bn/b.tensors"
 "$BUILD/tzr-bench" --file "$T/bn/b.tzr-index.json" --repeat 1 --json > "$T/bn.out" 2>&1
-check bench_manifest_rows python3 - "$T/bn.out" "$T/m.json" <<'PY'
-import json, sys
+check bench_manifest_rows python3 - "$T/bn.out" "$T/m.json" "$T/bn/b.tzr-index.json" <<'PY'
+import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-assert len(rows) == 6 and all(r["ok"] for r in rows), rows
-want = sum(t["data_length"] for t in json.load(open(sys.argv[2])))
-loads = [r for r in rows if "host" in r["case"] or "null" in r["case"]]
+assert len(rows) == 8 and all(r["ok"] for r in rows), rows
+tensors = json.load(open(sys.argv[2]))
+want = sum(t["data_length"] for t in tensors)
+loads = [r for r in rows if ("host" in r["case"] or "null" in r["case"]) and r not in rows[-2:]]
 assert len(loads) == 4 and all(r["bytes"] == loads[0]["bytes"] > 0 for r in loads), loads
 assert loads[0]["bytes"] == want, (want, loads[0]["bytes"])
+# rank 0 of 2 (the last two rows): its slice of each split tensor, every replicated one
+size = {t["name"]: t["data_length"] for t in tensors}
+rank0 = 0
+for e in json.load(open(sys.argv[3]))["tensors"]:
+    if "replicated" in e:
+        rank0 += size[e["name"]]
+    else:
+        s0 = [s for s in e["slices"] if s["shard"] == 0][0]
+        rank0 += size[e["name"]] // e["shape"][s0["dim"]] * s0["length"]
+assert rows[-2]["case"] == "set open + rank 0 of 2 -> host", rows[-2]
+assert rows[-2]["bytes"] == rows[-1]["bytes"] == rank0 < want, (rank0, want, rows[-2:])
 PY
 exit 0

@@ -17,6 +17,7 @@
 #include "fake_sink.h"
 #include "mpi/shard_model.h"
 #include "tzr_comm.h"
+#include "tzr_http.h"
 #include "tzr_load.h"
 #include "tzr_shard.h"
 
@@ -391,11 +392,12 @@ static void edit_sha(json_t *root, int shorter) {
 static void edit_sha_nonhex(json_t *root) { edit_sha(root, 0); }
 static void edit_sha_short(json_t *root) { edit_sha(root, 1); }
 
-static void expect_refused(const char *dir, int code, const char *w1, const char *w2) {
+static void expect_refused_with(const char *dir, int code, const char *w1, const char *w2,
+                                const tzr_shard_open_options *so) {
     char m[1024];
     path_in(m, sizeof m, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
     tzr_shard_set *s = NULL;
-    CHECK_RC(tzr_shard_open(&s, m, NULL), code);
+    CHECK_RC(tzr_shard_open(&s, m, so), code);
     CHECK(s == NULL);
     if (!strstr(tzr_last_error(), w1) || (w2 && !strstr(tzr_last_error(), w2))) {
         fprintf(stderr, "  message '%s' lacks '%s' / '%s'\n", tzr_last_error(), w1, w2 ? w2 : "");
@@ -404,11 +406,58 @@ static void expect_refused(const char *dir, int code, const char *w1, const char
     tzr_shard_close(s);
 }
 
+static void lacks(const char *w1, const char *w2) {
+    if (!strstr(tzr_last_error(), w1) || (w2 && !strstr(tzr_last_error(), w2))) {
+        fprintf(stderr, "  message '%s' lacks '%s' / '%s'\n", tzr_last_error(), w1, w2 ? w2 : "");
+        check_case_failed = 1;
+    }
+}
+
+/* A shard that does not hold what the manifest says: shards open at
+ * first use, so the set opens, and every use of that shard fails with
+ * the same code and message, each time (nothing half-checked is handed
+ * out). With network settings (the caller's, borrowed only while
+ * opening) every shard is opened, and checked, by tzr_shard_open. */
+static void expect_refused_at_use(const char *dir, int code, const char *w1, const char *w2) {
+    char m[1024];
+    path_in(m, sizeof m, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    tzr_shard_set *s = NULL;
+    CHECK_OK(tzr_shard_open(&s, m, NULL));
+    if (!s) return;
+    for (int round = 0; round < 2; round++) {
+        tzr_shard_result *res = NULL;
+        CHECK_RC(tzr_shard_load_rank(s, 0, 8, NULL, &res), code);
+        CHECK(res == NULL);
+        lacks(w1, w2);
+        lacks("shard 0 of 8", NULL);
+        CHECK(tzr_shard_reader(s, 3) == NULL);
+        CHECK(tzr_last_error_code() == code);
+        lacks(w1, w2);
+        lacks("shard 3 of 8", NULL);
+        CHECK_RC(tzr_shard_check_headers(s, 5), code);
+        lacks("shard 5 of 8", NULL);
+    }
+    tzr_shard_close(s);
+    tzr_http_options http = TZR_HTTP_OPTIONS_INIT;
+    tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
+    so.http = &http;
+    s = NULL;
+    CHECK_RC(tzr_shard_open(&s, m, &so), code);
+    CHECK(s == NULL);
+    lacks(w1, w2);
+    lacks("shard 0 of 8", NULL);
+    tzr_shard_close(s);
+}
+
+static void expect_refused(const char *dir, int code, const char *w1, const char *w2) {
+    expect_refused_with(dir, code, w1, w2, NULL);
+}
+
 static void bad_manifests(void) {
     char d[256], f[1024];
     if (copy_set("bad_shape", d, sizeof d)) return check_fail("cp failed");
     edit_manifest(d, edit_shape);
-    expect_refused(d, TZR_EFORMAT, "layers.0.attn.weight", "local shape differs");
+    expect_refused_at_use(d, TZR_EFORMAT, "layers.0.attn.weight", "local shape differs");
 
     copy_set("bad_missing", d, sizeof d);
     path_in(f, sizeof f, d, "model-rank-00003-of-00008.tensors");
@@ -448,9 +497,43 @@ static void bad_manifests(void) {
     expect_refused(d, TZR_EFORMAT, "model.tzr-index.json", NULL);
 }
 
+/* Each rank of a job that saved a shard per rank reads its own shard
+ * alone: with shard 5's index naming a tensor otherwise (same size, so
+ * the open's file checks pass), ranks 0-4 and 6-7 of 8 load their pieces
+ * byte-exact (no other shard is opened, or they would fail), and rank 5
+ * fails naming shard 5 and the tensor it lacks. */
+static void rank_reads_its_shard(void) {
+    char d[256], f[1024];
+    if (copy_set("one_bad", d, sizeof d)) return check_fail("cp failed");
+    path_in(f, sizeof f, d, "model-rank-00005-of-00008.tensors");
+    size_t len = 0;
+    uint8_t *b = (uint8_t *)check_read_file(f, &len);
+    if (!b) return check_fail("read %s", f);
+    const char *name = "layers.0.attn.weight";
+    uint8_t *at = memmem(b, len, name, strlen(name));
+    if (!at) return free(b), check_fail("no '%s' in shard 5", name);
+    at[strlen(name) - 1] = 'u'; /* layers.0.attn.weighu */
+    check_write_file(f, b, len);
+    free(b);
+    tzr_shard_set *s = open_set(d);
+    if (!s) return;
+    for (int r = 0; r < 8; r++) {
+        tzr_shard_result *res = NULL;
+        if (r == 5) {
+            CHECK_RC(tzr_shard_load_rank(s, r, 8, NULL, &res), TZR_EFORMAT);
+            lacks("shard 5 of 8", "'layers.0.attn.weight' is not in");
+            continue;
+        }
+        CHECK_OK(tzr_shard_load_rank(s, r, 8, NULL, &res));
+        if (res) check_result(res, r, 8, default_dims);
+        tzr_shard_result_free(res);
+    }
+    tzr_shard_close(s);
+}
+
 /* Ranks of one set loading on threads at once, two threads per rank (so
- * two load each shard file together): each gets its own pieces (tsan
- * watches the shared readers). */
+ * two ask for each shard together): each opens the shards it reads at
+ * first use, once, and gets its own pieces (tsan watches the opens). */
 typedef struct rank_thread {
     tzr_shard_set *s;
     int rank, rc;
@@ -498,12 +581,20 @@ static void first_broken_shard_reported(void) {
     }
     path_in(f, sizeof f, d, "model-rank-00007-of-00008.tensors");
     unlink(f); /* and 7 missing */
-    for (int round = 0; round < 20 && !check_case_failed; round++)
+    /* With network settings every shard is opened at open, on threads. */
+    tzr_http_options http = TZR_HTTP_OPTIONS_INIT;
+    tzr_shard_open_options eager = TZR_SHARD_OPEN_OPTIONS_INIT;
+    eager.http = &http;
+    for (int round = 0; round < 20 && !check_case_failed; round++) {
         expect_refused(d, TZR_EFORMAT, "shard 3 of 8: ", "bytes but the manifest says");
+        expect_refused_with(d, TZR_EFORMAT, "shard 3 of 8: ", "bytes but the manifest says", &eager);
+    }
     path_in(f, sizeof f, d, "model-rank-00001-of-00008.tensors");
     unlink(f); /* now 1 missing first: its code too */
-    for (int round = 0; round < 20 && !check_case_failed; round++)
+    for (int round = 0; round < 20 && !check_case_failed; round++) {
         expect_refused(d, TZR_EIO, "shard 1 of 8: ", "is missing");
+        expect_refused_with(d, TZR_EIO, "shard 1 of 8: ", "is missing", &eager);
+    }
 }
 
 /* A flipped data byte in a shard: hash mismatch naming the tensor. */
@@ -854,6 +945,7 @@ int main(void) {
     RUN(writer_api);
     RUN(build_rejects);
     RUN(bad_manifests);
+    RUN(rank_reads_its_shard);
     RUN(ranks_side_by_side);
     RUN(first_broken_shard_reported);
     RUN(corrupt_shard_data);

@@ -361,7 +361,8 @@ static void shard_order_differs(void) {
     for (size_t i = 0; i < s->tb.n; i++) {
         const shard_entry *e = &s->tb.t[i];
         for (size_t q = 0; q < e->nslices; q++) {
-            const tzr_tensor_info *t = tzr_reader_tensor(s->readers[e->slices[q].shard], e->slices[q].local);
+            tzr_reader *r = tzr_shard_reader(s, e->slices[q].shard); /* opened at first use */
+            const tzr_tensor_info *t = r ? tzr_reader_tensor(r, e->slices[q].local) : NULL;
             CHECKF(t && t->name_len == e->pub.name_len && memcmp(t->name, e->name, t->name_len) == 0,
                    "'%s' slice %zu maps to '%s'", e->name, q, t ? t->name : "(none)");
         }

@@ -8,13 +8,16 @@
 #include "mem.h"
 #include "tzr_shard.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #define SHARD_FORMAT "tzr-shards"
 #define SHARD_VERSION 1
 
 typedef struct shard_slice {
     int shard;
     uint64_t offset, length; /* along the tensor's split dim; 0,0 if replicated */
-    size_t local;            /* index in that shard's reader (set at open) */
+    size_t local;            /* index in that shard's reader (set when it opens) */
     int has_header_sha;      /* header_sha: the SHA-256 in that shard tensor's */
     uint8_t header_sha[32];  /* header, so a verified load proves its identity */
 } shard_slice;
@@ -126,15 +129,34 @@ TZR_HIDDEN int shard_rules_pick(const shard_rules *r, const char *name, size_t n
 TZR_HIDDEN int shard_slice_source_open(tzr_source **out, tzr_source *base, uint64_t first, uint64_t outer,
                                        uint64_t run, uint64_t stride);
 
-/* The set handle. */
+/* The set handle. A manifest set without a key or network settings to
+ * keep opens its shards on first use (shard_ready): a rank reading one
+ * shard of eight then reads one index, not eight. */
+typedef struct shard_lazy {
+    pthread_mutex_t *mu;        /* one per shard: opens of several run at once */
+    atomic_uchar *state;        /* SHARD_UNOPENED, SHARD_READY, SHARD_FAILED */
+    tzr_error_state **err;      /* a failed open's error, reported by every use */
+} shard_lazy;
+enum { SHARD_UNOPENED, SHARD_READY, SHARD_FAILED };
+
 struct tzr_shard_set {
     shard_table tb;
-    tzr_reader **readers;    /* one per shard */
+    tzr_reader **readers;    /* one per shard; NULL until opened (lazy sets) */
+    shard_lazy *lazy;        /* NULL: every reader was opened by tzr_shard_open */
     int verify;
     tzr_crypt_params crypt;  /* during tzr_shard_open only: the readers copy it */
     const struct tzr_http_options *http; /* the caller's, during tzr_shard_open only */
     char *path;
 };
+
+/* Shard k's reader, opened and checked against the manifest if not yet;
+ * NULL with the error set (the same error at every call) if it cannot be. */
+TZR_HIDDEN tzr_reader *shard_ready(tzr_shard_set *s, int k);
+/* Shard k's reader if it is open, else NULL (opens nothing). */
+TZR_HIDDEN tzr_reader *shard_if_open(const tzr_shard_set *s, int k);
+/* Every shard with need[k] set ready, opened side by side: 0, or the
+ * error of the lowest shard that failed. */
+TZR_HIDDEN int shard_ready_all(tzr_shard_set *s, const unsigned char *need);
 
 /* The pieces rank `rank` of `nranks` gets (shapes, nbytes, names copied
  * so the result outlives the set), no memory yet: each piece's data holds

@@ -69,6 +69,11 @@ static void box_copy(box *to, const box *from) {
     memcpy(to->hi, from->hi, from->ndim * sizeof *to->hi);
 }
 
+static int box_same(const box *a, const box *b) {
+    return a->ndim == b->ndim && !memcmp(a->lo, b->lo, a->ndim * sizeof *a->lo) &&
+           !memcmp(a->hi, b->hi, a->ndim * sizeof *a->hi);
+}
+
 /* Row-major byte strides of the array lo..hi. */
 static void strides(const uint64_t *lo, const uint64_t *hi, uint32_t nd, uint32_t itemsize, uint64_t *st) {
     uint64_t acc = itemsize;
@@ -289,7 +294,8 @@ static int make_targets(tzr_shard_set *s, int rank, int nranks, const char *rule
 /* The mappings of every shard for the wanted targets in one pass over the
  * tensors (a pass per shard read every entry and its slices once per
  * shard: cache misses, a third of a 100k-tensor null load):
- * jobs[k].map[local] for what shard k gives; any[k]: shard k gives some. */
+ * jobs[k].map[local] for what shard k gives; any[k]: shard k gives some.
+ * Without jobs, any[] alone: which shards must be open first. */
 static void build_jobs(tzr_shard_set *s, int rank, const target *tg, const unsigned char *want, shard_job *jobs,
                        mapping *pool, uint64_t *words, unsigned char *any) {
     size_t used = 0, wused = 0;
@@ -299,9 +305,10 @@ static void build_jobs(tzr_shard_set *s, int rank, const target *tg, const unsig
         /* a replicated tensor is read from one holder, spread over ranks */
         if (e->pub.dim == TZR_SHARD_REPLICATED && tg[i].dim == TZR_SHARD_REPLICATED && e->nslices) {
             const shard_slice *sl = &e->slices[(size_t)rank % e->nslices];
+            any[sl->shard] = 1;
+            if (!jobs) continue;
             jobs[sl->shard].tgt[sl->local] = i + 1; /* whole to whole: no mapping */
             jobs[sl->shard].nwhole++;
-            any[sl->shard] = 1;
             continue;
         }
         box dst;
@@ -319,12 +326,21 @@ static void build_jobs(tzr_shard_set *s, int rank, const target *tg, const unsig
                 empty |= cut.lo[d] >= cut.hi[d];
             }
             if (empty) continue;
+            any[sl->shard] = 1;
+            if (!jobs) continue;
+            /* The slice is the target itself (N shards onto N ranks): its
+             * bytes are the target's at the same offsets, as for a
+             * replicated tensor. A mapping each was most of such a load. */
+            if (box_same(&src, &dst)) {
+                jobs[sl->shard].tgt[sl->local] = i + 1;
+                jobs[sl->shard].nwhole++;
+                continue;
+            }
             mapping *m = &pool[used++];
             mapping_init(m, e, i, &src, &dst, &cut, words + wused);
             wused += (size_t)MAPPING_WORDS * e->pub.ndim;
             jobs[sl->shard].map[sl->local] = m;
             jobs[sl->shard].tgt[sl->local] = i + 1;
-            any[sl->shard] = 1;
         }
     }
 }
@@ -353,7 +369,8 @@ static int check_headers(const tzr_shard_set *s, size_t i, int rank, int dim, ui
         const shard_slice *sl = &e->slices[q];
         if (!slice_used(e, sl, dim, offset, length)) continue;
         const tzr_tensor_header *h = NULL;
-        if (!sl->has_header_sha || tzr_reader_header(s->readers[sl->shard], sl->local, &h) || !h->has_sha256) {
+        tzr_reader *r = shard_if_open(s, sl->shard); /* every shard a used slice is in was loaded */
+        if (!sl->has_header_sha || !r || tzr_reader_header(r, sl->local, &h) || !h->has_sha256) {
             *proven = 0;
             continue;
         }
@@ -369,6 +386,7 @@ static int check_headers(const tzr_shard_set *s, size_t i, int rank, int dim, ui
 
 int tzr_shard_check_headers(tzr_shard_set *s, int k) {
     if (!s || k < 0 || k >= s->tb.nshards) return tzr_fail(TZR_EINVAL, "check headers: bad set or shard %d", k);
+    if (!shard_ready(s, k)) return tzr_last_error_code();
     int rc = tzr_reader_load_headers(s->readers[k], 0, tzr_reader_count(s->readers[k]), NULL); /* coalesced */
     if (rc) return rc;
     for (size_t i = 0; i < s->tb.n; i++) {
@@ -431,23 +449,30 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
     shard_job *jobs = rc ? NULL : calloc((size_t)ns, sizeof *jobs);
     unsigned char *any = rc ? NULL : calloc((size_t)ns, 1);
     if (!rc && (!jobs || !any)) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    /* Only the shards this rank reads are opened (and given tables). */
+    if (!rc) build_jobs(s, rank, tg, want, NULL, NULL, NULL, any);
+    if (!rc) rc = shard_ready_all(s, any);
     for (int k = 0; !rc && k < ns; k++) {
         shard_job *j = &jobs[k];
+        if (!any[k]) continue;
         j->base = (tzr_sink){.direct = job_direct, .submit = job_submit, .name = "shard",
                              .struct_size = sizeof(tzr_sink)};
         if (dest->fence) j->base.fence = job_fence, j->base.wait = job_wait;
         if (dest->alloc_staging) j->base.alloc_staging = job_alloc_staging, j->base.free_staging = job_free_staging;
         j->dest = dest;
         j->nlocal = tzr_reader_count(s->readers[k]);
-        j->map = tzr_calloc_big(j->nlocal ? j->nlocal : 1, sizeof *j->map);
-        j->tgt = tzr_calloc_big(j->nlocal ? j->nlocal : 1, sizeof *j->tgt);
+        /* Fresh zero pages: a rank of many writes the entries of the few
+         * shards it reads, and clearing every shard's (8 shards of 100k
+         * tensors: 13 MB) was a fifth of its load. */
+        j->map = tzr_map_zeroed(j->nlocal ? j->nlocal : 1, sizeof *j->map);
+        j->tgt = tzr_map_zeroed(j->nlocal ? j->nlocal : 1, sizeof *j->tgt);
         if (!j->map || !j->tgt) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     }
     if (!rc) build_jobs(s, rank, tg, want, jobs, pool, words, any);
     for (int k = 0; !rc && k < ns; k++) {
-        tzr_reader *r = s->readers[k];
         shard_job *j = &jobs[k];
         if (any[k]) {
+            tzr_reader *r = s->readers[k]; /* ready; others may be opening meanwhile */
             tzr_load_options lo = TZR_LOAD_OPTIONS_INIT;
             if (opt) {
                 size_t copy = opt->struct_size < sizeof lo ? opt->struct_size : sizeof lo;
@@ -478,7 +503,11 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
             if (st.staging_bytes > sum.staging_bytes) sum.staging_bytes = st.staging_bytes;
         }
     }
-    for (int k = 0; jobs && k < ns; k++) free(jobs[k].map), free(jobs[k].tgt);
+    for (int k = 0; jobs && k < ns; k++) {
+        size_t nl = jobs[k].nlocal ? jobs[k].nlocal : 1;
+        tzr_unmap_zeroed(jobs[k].map, nl, sizeof *jobs[k].map);
+        tzr_unmap_zeroed(jobs[k].tgt, nl, sizeof *jobs[k].tgt);
+    }
     free(jobs);
     free(any);
     for (size_t i = 0; !rc && s->verify && i < n; i++) {

@@ -69,11 +69,11 @@ static const char *ename(const shard_entry *e, char *nb) {
     return tzr_printable(e->name, e->pub.name_len, nb, TZR_NAMEBUF);
 }
 
-static int check_shard(tzr_shard_set *s, int k) {
-    char path[8300], what[64];
-    snprintf(what, sizeof what, "shard %d of %d", k, s->tb.nshards);
+/* Shard k's file, found where the manifest says, with the size it gives. */
+static int shard_source(tzr_shard_set *s, int k, const char *what, char *path, size_t cap, tzr_source **out) {
+    *out = NULL;
     if (!s->tb.files[k]) return tzr_fail(TZR_EFORMAT, "%s: %s has no file entry", s->path, what);
-    int rc = shard_location(s->path, s->tb.files[k], path, sizeof path);
+    int rc = shard_location(s->path, s->tb.files[k], path, cap);
     if (rc) return rc;
     /* Through the source layer: a shard next to a manifest URL is a URL. */
     tzr_source *src = NULL;
@@ -88,6 +88,16 @@ static int check_shard(tzr_shard_set *s, int k) {
         return tzr_fail(TZR_EFORMAT, "%s: %s: '%s' has %llu bytes but the manifest says %llu", s->path, what, path,
                         have, (unsigned long long)s->tb.sizes[k]);
     }
+    *out = src;
+    return 0;
+}
+
+static int check_shard(tzr_shard_set *s, int k) {
+    char path[8300], what[64];
+    snprintf(what, sizeof what, "shard %d of %d", k, s->tb.nshards);
+    tzr_source *src;
+    int rc = shard_source(s, k, what, path, sizeof path, &src);
+    if (rc) return rc;
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.verify = s->verify;
     ro.crypt = s->crypt;
@@ -127,6 +137,40 @@ static int check_shard(tzr_shard_set *s, int k) {
     return 0;
 }
 
+/* Opened on first use: readers, sl->local of its slices and its state are
+ * written under its mutex; the state is published last. A failure is kept
+ * and reported by every later use (its reader freed: nothing half-checked
+ * is ever handed out). */
+tzr_reader *shard_ready(tzr_shard_set *s, int k) {
+    shard_lazy *z = s->lazy;
+    if (!z || atomic_load_explicit(&z->state[k], memory_order_acquire) == SHARD_READY) return s->readers[k];
+    pthread_mutex_lock(&z->mu[k]);
+    unsigned char st = atomic_load_explicit(&z->state[k], memory_order_relaxed);
+    if (st == SHARD_UNOPENED) {
+        st = SHARD_READY;
+        if (check_shard(s, k)) {
+            st = SHARD_FAILED;
+            if ((z->err[k] = malloc(sizeof *z->err[k]))) tzr_error_keep(z->err[k]);
+            tzr_reader_free(s->readers[k]);
+            s->readers[k] = NULL;
+        }
+        atomic_store_explicit(&z->state[k], st, memory_order_release);
+    }
+    if (st == SHARD_FAILED) {
+        if (z->err[k]) tzr_error_put(z->err[k]);
+        else tzr_fail(TZR_ENOMEM, "%s: shard %d of %d: cannot be opened (out of memory)", s->path, k, s->tb.nshards);
+    }
+    pthread_mutex_unlock(&z->mu[k]);
+    return st == SHARD_READY ? s->readers[k] : NULL;
+}
+
+tzr_reader *shard_if_open(const tzr_shard_set *s, int k) {
+    if (!s->lazy) return s->readers[k];
+    return atomic_load_explicit(&s->lazy->state[k], memory_order_acquire) == SHARD_READY ? s->readers[k] : NULL;
+}
+
+static int ready_one(tzr_shard_set *s, int k) { return shard_ready(s, k) ? 0 : tzr_last_error_code(); }
+
 /* The shard files are opened and checked on one thread each, up to the
  * core count (one after the other, the two indexes of a 100k-tensor set
  * were a quarter of its open). Each check writes only its own reader and
@@ -134,6 +178,8 @@ static int check_shard(tzr_shard_set *s, int k) {
  * message its thread left: the failure a one-by-one open would report. */
 typedef struct check_job {
     tzr_shard_set *s;
+    int (*one)(tzr_shard_set *s, int k);
+    const unsigned char *need; /* NULL: every shard */
     atomic_int next;
     atomic_int first_bad; /* lowest failing shard so far, or nshards */
     pthread_mutex_t mu;
@@ -145,7 +191,8 @@ static void *check_worker(void *arg) {
     check_job *j = arg;
     for (int k; (k = atomic_fetch_add(&j->next, 1)) < j->s->tb.nshards;) {
         if (k > atomic_load(&j->first_bad)) break; /* a lower one failed: this one would not be reached */
-        int rc = check_shard(j->s, k);
+        if (j->need && !j->need[k]) continue;
+        int rc = j->one(j->s, k);
         if (!rc) continue;
         pthread_mutex_lock(&j->mu);
         if (k < atomic_load(&j->first_bad)) {
@@ -158,13 +205,15 @@ static void *check_worker(void *arg) {
     return NULL;
 }
 
-static int check_shards(tzr_shard_set *s) {
-    check_job j = {.s = s, .rc = 0};
+static int run_checks(tzr_shard_set *s, int (*one)(tzr_shard_set *, int), const unsigned char *need) {
+    int todo = 0;
+    for (int k = 0; k < s->tb.nshards; k++) todo += !need || need[k];
+    check_job j = {.s = s, .one = one, .need = need, .rc = 0};
     atomic_init(&j.next, 0);
     atomic_init(&j.first_bad, s->tb.nshards);
     pthread_mutex_init(&j.mu, NULL);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int nth = cpus < s->tb.nshards ? (int)cpus : s->tb.nshards, started = 0;
+    int nth = cpus < todo ? (int)cpus : todo, started = 0;
     if (nth > 32) nth = 32;
     pthread_t th[32];
     for (; started < nth - 1; started++) /* and this thread */
@@ -174,6 +223,67 @@ static int check_shards(tzr_shard_set *s) {
     pthread_mutex_destroy(&j.mu);
     if (j.rc) tzr_error_put(&j.err);
     return j.rc;
+}
+
+int shard_ready_all(tzr_shard_set *s, const unsigned char *need) {
+    if (!s->lazy) return 0;
+    int todo = 0;
+    for (int k = 0; k < s->tb.nshards && !todo; k++)
+        todo = need[k] && atomic_load_explicit(&s->lazy->state[k], memory_order_acquire) != SHARD_READY;
+    return todo ? run_checks(s, ready_one, need) : 0;
+}
+
+/* A lazy set's open still finds every local shard file with its size (a
+ * missing or truncated file fails here, as before); URLs are asked at
+ * first use, as each would be a request. */
+static int check_file(tzr_shard_set *s, int k) {
+    char path[8300], what[64];
+    snprintf(what, sizeof what, "shard %d of %d", k, s->tb.nshards);
+    tzr_source *src;
+    if (s->tb.files[k] && tzr_is_url(s->path)) return 0;
+    int rc = shard_source(s, k, what, path, sizeof path, &src);
+    tzr_source_free(src);
+    return rc;
+}
+
+/* No key or password (the readers would need it after the caller's copy
+ * is gone) and no network settings (the caller's, borrowed while opening). */
+static int lazy_init(tzr_shard_set *s) {
+    int n = s->tb.nshards;
+    shard_lazy *z = calloc(1, sizeof *z);
+    if (!z) return tzr_fail(TZR_ENOMEM, "out of memory");
+    s->lazy = z;
+    z->mu = calloc((size_t)n, sizeof *z->mu);
+    z->state = calloc((size_t)n, sizeof *z->state);
+    z->err = calloc((size_t)n, sizeof *z->err);
+    if (!z->mu || !z->state || !z->err) {
+        free(z->mu), free(z->state), free(z->err), free(z);
+        s->lazy = NULL;
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    for (int k = 0; k < n; k++) {
+        pthread_mutex_init(&z->mu[k], NULL);
+        atomic_init(&z->state[k], SHARD_UNOPENED);
+    }
+    for (int k = 0; k < n; k++) {
+        int rc = check_file(s, k);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static void lazy_free(tzr_shard_set *s) {
+    shard_lazy *z = s->lazy;
+    if (!z) return;
+    for (int k = 0; k < s->tb.nshards; k++) {
+        pthread_mutex_destroy(&z->mu[k]);
+        free(z->err[k]);
+    }
+    free(z->mu);
+    free(z->state);
+    free(z->err);
+    free(z);
+    s->lazy = NULL;
 }
 
 int shard_url_dir(const char *path) {
@@ -218,7 +328,8 @@ static int open_set(tzr_shard_set **out, const char *path, const char *const *li
         if (!rc) rc = shard_table_validate(&s->tb, path);
         if (!rc && !(s->readers = calloc((size_t)s->tb.nshards, sizeof *s->readers)))
             rc = tzr_fail(TZR_ENOMEM, "out of memory");
-        if (!rc) rc = check_shards(s);
+        int lazy = !s->crypt.key && !s->crypt.password && !s->http;
+        if (!rc) rc = lazy ? lazy_init(s) : run_checks(s, check_shard, NULL);
     }
     memset(&s->crypt, 0, sizeof s->crypt); /* the caller's key: only borrowed while opening */
     s->http = NULL;                        /* and its network settings */
@@ -248,6 +359,7 @@ void tzr_shard_close(tzr_shard_set *s) {
     if (!s) return;
     for (int k = 0; s->readers && k < s->tb.nshards; k++) tzr_reader_free(s->readers[k]);
     free(s->readers);
+    lazy_free(s);
     shard_table_free(&s->tb);
     free(s->path);
     free(s);
@@ -259,5 +371,9 @@ const tzr_shard_tensor *tzr_shard_tensor_at(const tzr_shard_set *s, size_t i) {
     return s && i < s->tb.n ? &s->tb.t[i].pub : NULL;
 }
 tzr_reader *tzr_shard_reader(const tzr_shard_set *s, int k) {
-    return s && k >= 0 && k < s->tb.nshards ? s->readers[k] : NULL;
+    if (!s || k < 0 || k >= s->tb.nshards) {
+        tzr_fail(TZR_EINVAL, "shard reader: bad set or shard %d", k);
+        return NULL;
+    }
+    return shard_ready((tzr_shard_set *)s, k); /* opening it changes no state the caller sees */
 }
