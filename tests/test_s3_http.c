@@ -986,7 +986,7 @@ static int write_small(const char *url, const tzr_http_options *o, uint32_t seed
     uint64_t shape[1] = {1024};
     uint32_t v[1024];
     for (int i = 0; i < 1024; i++) v[i] = seed + (uint32_t)i;
-    tzr_tensor_desc d = {"t", 1, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_I32, 1, shape, 0};
+    tzr_tensor_desc d = {"t", 1, TZR_PARAM, 0, NULL, 0, TZR_DTYPE_I32, 1, shape, 0, sizeof d};
     rc = tzr_writer_add(w, &d, v);
     if (rc) {
         tzr_writer_abort(w);
