@@ -69,11 +69,6 @@ static void box_copy(box *to, const box *from) {
     memcpy(to->hi, from->hi, from->ndim * sizeof *to->hi);
 }
 
-static int box_same(const box *a, const box *b) {
-    return a->ndim == b->ndim && !memcmp(a->lo, b->lo, a->ndim * sizeof *a->lo) &&
-           !memcmp(a->hi, b->hi, a->ndim * sizeof *a->hi);
-}
-
 /* Row-major byte strides of the array lo..hi. */
 static void strides(const uint64_t *lo, const uint64_t *hi, uint32_t nd, uint32_t itemsize, uint64_t *st) {
     uint64_t acc = itemsize;
@@ -291,14 +286,37 @@ static int make_targets(tzr_shard_set *s, int rank, int nranks, const char *rule
     return 0;
 }
 
-/* The mappings of every shard for the wanted targets in one pass over the
- * tensors (a pass per shard read every entry and its slices once per
- * shard: cache misses, a third of a 100k-tensor null load):
- * jobs[k].map[local] for what shard k gives; any[k]: shard k gives some.
- * Without jobs, any[] alone: which shards must be open first. */
-static void build_jobs(tzr_shard_set *s, int rank, const target *tg, const unsigned char *want, shard_job *jobs,
-                       mapping *pool, uint64_t *words, unsigned char *any) {
-    size_t used = 0, wused = 0;
+/* How slice sl of e meets target t where the split dim alone decides it
+ * (the slice and the target cut the same dim, or the target is whole;
+ * every other dim is whole in both and not empty, as empty targets are
+ * skipped): -1 not at all, 1 exactly (the slice is the target); 0: in
+ * part, or along two dims, for the boxes to work out. Per slice, the
+ * boxes were a third of a rank's load of a 100k-tensor set. */
+static int slice_fit(const shard_entry *e, const shard_slice *sl, const target *t) {
+    int d = e->pub.dim;
+    if (d == TZR_SHARD_REPLICATED || (t->dim != TZR_SHARD_REPLICATED && t->dim != d)) return 0;
+    uint64_t lo = sl->offset, hi = sl->offset + sl->length;
+    uint64_t tlo = t->dim == d ? t->offset : 0, thi = t->dim == d ? t->offset + t->length : e->shape[d];
+    if ((lo > tlo ? lo : tlo) >= (hi < thi ? hi : thi)) return -1;
+    return lo == tlo && hi == thi;
+}
+
+/* What one shard slice gives a target: whole to whole (m NULL), or
+ * through a mapping. */
+typedef struct hit {
+    size_t target;
+    const shard_slice *sl;
+    mapping *m;
+} hit;
+
+/* Every slice the wanted targets need, in one pass over the tensors (a
+ * pass per shard read every entry and its slices once per shard: cache
+ * misses, a third of a 100k-tensor null load), with its mapping where it
+ * needs one; any[k]: shard k gives some. Which tensor of its shard a
+ * slice is becomes known when the shard opens (place_hits). */
+static size_t find_hits(tzr_shard_set *s, int rank, const target *tg, const unsigned char *want, mapping *pool,
+                        uint64_t *words, hit *hits, unsigned char *any) {
+    size_t used = 0, wused = 0, nh = 0;
     for (size_t i = 0; i < s->tb.n; i++) {
         const shard_entry *e = &s->tb.t[i];
         if (!want[i] || tg[i].info.nbytes == 0) continue;
@@ -306,16 +324,25 @@ static void build_jobs(tzr_shard_set *s, int rank, const target *tg, const unsig
         if (e->pub.dim == TZR_SHARD_REPLICATED && tg[i].dim == TZR_SHARD_REPLICATED && e->nslices) {
             const shard_slice *sl = &e->slices[(size_t)rank % e->nslices];
             any[sl->shard] = 1;
-            if (!jobs) continue;
-            jobs[sl->shard].tgt[sl->local] = i + 1; /* whole to whole: no mapping */
-            jobs[sl->shard].nwhole++;
+            hits[nh++] = (hit){i, sl, NULL}; /* whole to whole: no mapping */
             continue;
         }
         box dst;
-        box_of(&dst, e, tg[i].dim, tg[i].offset, tg[i].length);
+        int have_dst = 0;
         for (size_t q = 0; q < e->nslices; q++) {
             const shard_slice *sl = &e->slices[q];
             if (e->pub.dim == TZR_SHARD_REPLICATED && q != (size_t)rank % e->nslices) continue;
+            int fit = slice_fit(e, sl, &tg[i]);
+            if (fit < 0) continue;
+            if (fit > 0) {
+                /* The slice is the target itself (N shards onto N ranks):
+                 * its bytes are the target's at the same offsets, as for a
+                 * replicated tensor. A mapping each was most of such a load. */
+                any[sl->shard] = 1;
+                hits[nh++] = (hit){i, sl, NULL};
+                continue;
+            }
+            if (!have_dst) box_of(&dst, e, tg[i].dim, tg[i].offset, tg[i].length), have_dst = 1;
             box src, cut;
             box_copy(&cut, &dst);
             box_of(&src, e, e->pub.dim, sl->offset, sl->length);
@@ -327,21 +354,23 @@ static void build_jobs(tzr_shard_set *s, int rank, const target *tg, const unsig
             }
             if (empty) continue;
             any[sl->shard] = 1;
-            if (!jobs) continue;
-            /* The slice is the target itself (N shards onto N ranks): its
-             * bytes are the target's at the same offsets, as for a
-             * replicated tensor. A mapping each was most of such a load. */
-            if (box_same(&src, &dst)) {
-                jobs[sl->shard].tgt[sl->local] = i + 1;
-                jobs[sl->shard].nwhole++;
-                continue;
-            }
             mapping *m = &pool[used++];
             mapping_init(m, e, i, &src, &dst, &cut, words + wused);
             wused += (size_t)MAPPING_WORDS * e->pub.ndim;
-            jobs[sl->shard].map[sl->local] = m;
-            jobs[sl->shard].tgt[sl->local] = i + 1;
+            hits[nh++] = (hit){i, sl, m};
         }
+    }
+    return nh;
+}
+
+/* jobs[k].tgt/map[local] for every hit, once its shard is open. */
+static void place_hits(shard_job *jobs, const hit *hits, size_t nh) {
+    for (size_t h = 0; h < nh; h++) {
+        shard_job *j = &jobs[hits[h].sl->shard];
+        size_t local = hits[h].sl->local;
+        j->tgt[local] = hits[h].target + 1;
+        j->map[local] = hits[h].m;
+        j->nwhole += hits[h].m == NULL;
     }
 }
 
@@ -423,12 +452,14 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
     }
     /* Huge pages (free() frees): for 100k tensors these are ~50 MB, and
      * their 4 KiB first-touch faults were most of a fresh process's load. */
-    target *tg = tzr_calloc_big(n ? n : 1, sizeof *tg);
+    target *tg = tzr_map_zeroed(n ? n : 1, sizeof *tg); /* fresh zero pages: no clearing pass */
     mapping *pool = tzr_alloc_big((nmap ? nmap : 1) * sizeof *pool);
     uint64_t *words = tzr_alloc_big((nwords ? nwords : 1) * sizeof *words);
     uint64_t *shapes = tzr_alloc_big((ndims ? ndims : 1) * sizeof *shapes);
     unsigned char *want = tzr_calloc_big(n ? n : 1, 1);
-    int rc = !tg || !pool || !words || !shapes || !want ? tzr_fail(TZR_ENOMEM, "out of memory") : 0;
+    hit *hits = tzr_alloc_big((nmap ? nmap : 1) * sizeof *hits); /* a hit per slice at most */
+    size_t nhits = 0;
+    int rc = !tg || !pool || !words || !shapes || !want || !hits ? tzr_fail(TZR_ENOMEM, "out of memory") : 0;
     if (!rc) rc = make_targets(s, rank, nranks, rules, tg, shapes);
     uint64_t total = 0;
     size_t wanted = 0;
@@ -450,7 +481,7 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
     unsigned char *any = rc ? NULL : calloc((size_t)ns, 1);
     if (!rc && (!jobs || !any)) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     /* Only the shards this rank reads are opened (and given tables). */
-    if (!rc) build_jobs(s, rank, tg, want, NULL, NULL, NULL, any);
+    if (!rc) nhits = find_hits(s, rank, tg, want, pool, words, hits, any);
     if (!rc) rc = shard_ready_all(s, any);
     for (int k = 0; !rc && k < ns; k++) {
         shard_job *j = &jobs[k];
@@ -468,7 +499,7 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
         j->tgt = tzr_map_zeroed(j->nlocal ? j->nlocal : 1, sizeof *j->tgt);
         if (!j->map || !j->tgt) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     }
-    if (!rc) build_jobs(s, rank, tg, want, jobs, pool, words, any);
+    if (!rc) place_hits(jobs, hits, nhits);
     for (int k = 0; !rc && k < ns; k++) {
         shard_job *j = &jobs[k];
         if (any[k]) {
@@ -522,7 +553,8 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
         sum.error_tensor = (size_t)-1;
         tzr_opts_put(stats, &sum, offsetof(tzr_load_stats, struct_size), sizeof sum);
     }
-    free(tg);
+    tzr_unmap_zeroed(tg, n ? n : 1, sizeof *tg);
+    free(hits);
     free(pool);
     free(words);
     free(shapes);
