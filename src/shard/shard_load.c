@@ -99,15 +99,17 @@ typedef struct mapping {
 } mapping;
 
 /* One shard's load: local tensor index -> the target's index + 1 (0: not
- * needed) and its mapping, NULL where the shard tensor is the whole
- * target (a replicated tensor, or one rank): its bytes go to the same
- * offsets, through the destination's own direct path, with no box work. */
+ * needed) and its mapping, NULL where the shard tensor is one run of the
+ * target (a replicated tensor, the rank's own slice, a slice of a tensor
+ * cut along its first dim): its bytes go to at[] plus the same offsets,
+ * through the destination's own direct path, with no box work. */
 typedef struct shard_job {
     tzr_sink base;
     tzr_sink *dest;
     size_t *tgt;
     mapping **map;
-    size_t nlocal, nwhole; /* nwhole: local tensors that are whole targets */
+    uint64_t *at;          /* without a mapping: where in the target its bytes start */
+    size_t nlocal, nwhole; /* nwhole: local tensors read whole into one run of their target */
 } shard_job;
 
 /* words: MAPPING_WORDS * ndim of the arena, for this mapping alone. */
@@ -176,7 +178,7 @@ static void *job_direct(tzr_sink *s, size_t index, uint64_t off, uint64_t len) {
     shard_job *j = (shard_job *)s;
     mapping *m = j->map[index];
     if (!j->dest->direct || !j->tgt[index]) return NULL;
-    if (!m) return j->dest->direct(j->dest, j->tgt[index] - 1, off, len);
+    if (!m) return j->dest->direct(j->dest, j->tgt[index] - 1, j->at[index] + off, len);
     uint64_t room, at = mapping_dest(m, off, &room);
     return len <= room ? j->dest->direct(j->dest, m->target, at, len) : NULL;
 }
@@ -184,7 +186,7 @@ static void *job_direct(tzr_sink *s, size_t index, uint64_t off, uint64_t len) {
 static int job_submit(tzr_sink *s, int slot, size_t index, uint64_t off, const void *src, size_t len) {
     shard_job *j = (shard_job *)s;
     mapping *m = j->map[index];
-    if (!m) return j->dest->submit(j->dest, slot, j->tgt[index] - 1, off, src, len);
+    if (!m) return j->dest->submit(j->dest, slot, j->tgt[index] - 1, j->at[index] + off, src, len);
     const uint8_t *b = src;
     int rc = 0;
     while (len && !rc) {
@@ -289,16 +291,29 @@ static int make_targets(tzr_shard_set *s, int rank, int nranks, const char *rule
 /* How slice sl of e meets target t where the split dim alone decides it
  * (the slice and the target cut the same dim, or the target is whole;
  * every other dim is whole in both and not empty, as empty targets are
- * skipped): -1 not at all, 1 exactly (the slice is the target); 0: in
- * part, or along two dims, for the boxes to work out. Per slice, the
- * boxes were a third of a rank's load of a 100k-tensor set. */
-static int slice_fit(const shard_entry *e, const shard_slice *sl, const target *t) {
+ * skipped): -1 not at all; 1 its bytes are one run of the target's, from
+ * byte *at on (0: the slice is the target, N shards onto N ranks); 0: in
+ * part, strided, or along two dims, for the boxes to work out. Per slice,
+ * the boxes were a third of a rank's load of a 100k-tensor set, and a
+ * mapping each most of a whole set's onto one rank. */
+static int slice_fit(const shard_entry *e, const shard_slice *sl, const target *t, uint64_t *at) {
     int d = e->pub.dim;
     if (d == TZR_SHARD_REPLICATED || (t->dim != TZR_SHARD_REPLICATED && t->dim != d)) return 0;
     uint64_t lo = sl->offset, hi = sl->offset + sl->length;
     uint64_t tlo = t->dim == d ? t->offset : 0, thi = t->dim == d ? t->offset + t->length : e->shape[d];
     if ((lo > tlo ? lo : tlo) >= (hi < thi ? hi : thi)) return -1;
-    return lo == tlo && hi == thi;
+    if (lo < tlo || hi > thi) return 0; /* partly the target's */
+    *at = 0;
+    if (lo == tlo && hi == thi) return 1; /* the same array */
+    /* Inside it: one run of its bytes when no dim before the cut one has
+     * more than one index (a tensor cut along its first dim). */
+    uint64_t inner = e->pub.itemsize;
+    for (uint32_t k = 0; k < e->pub.ndim; k++) {
+        if ((int)k < d && e->shape[k] != 1) return 0;
+        if ((int)k > d) inner *= e->shape[k];
+    }
+    *at = (lo - tlo) * inner;
+    return 1;
 }
 
 /* What one shard slice gives a target: whole to whole (m NULL), or
@@ -307,6 +322,7 @@ typedef struct hit {
     size_t target;
     const shard_slice *sl;
     mapping *m;
+    uint64_t at; /* without m: where in the target its bytes start */
 } hit;
 
 /* Every slice the wanted targets need, in one pass over the tensors (a
@@ -324,7 +340,7 @@ static size_t find_hits(tzr_shard_set *s, int rank, const target *tg, const unsi
         if (e->pub.dim == TZR_SHARD_REPLICATED && tg[i].dim == TZR_SHARD_REPLICATED && e->nslices) {
             const shard_slice *sl = &e->slices[(size_t)rank % e->nslices];
             any[sl->shard] = 1;
-            hits[nh++] = (hit){i, sl, NULL}; /* whole to whole: no mapping */
+            hits[nh++] = (hit){i, sl, NULL, 0}; /* whole to whole: no mapping */
             continue;
         }
         box dst;
@@ -332,14 +348,12 @@ static size_t find_hits(tzr_shard_set *s, int rank, const target *tg, const unsi
         for (size_t q = 0; q < e->nslices; q++) {
             const shard_slice *sl = &e->slices[q];
             if (e->pub.dim == TZR_SHARD_REPLICATED && q != (size_t)rank % e->nslices) continue;
-            int fit = slice_fit(e, sl, &tg[i]);
+            uint64_t at;
+            int fit = slice_fit(e, sl, &tg[i], &at);
             if (fit < 0) continue;
-            if (fit > 0) {
-                /* The slice is the target itself (N shards onto N ranks):
-                 * its bytes are the target's at the same offsets, as for a
-                 * replicated tensor. A mapping each was most of such a load. */
+            if (fit > 0) { /* one run of the target: no mapping */
                 any[sl->shard] = 1;
-                hits[nh++] = (hit){i, sl, NULL};
+                hits[nh++] = (hit){i, sl, NULL, at};
                 continue;
             }
             if (!have_dst) box_of(&dst, e, tg[i].dim, tg[i].offset, tg[i].length), have_dst = 1;
@@ -357,7 +371,7 @@ static size_t find_hits(tzr_shard_set *s, int rank, const target *tg, const unsi
             mapping *m = &pool[used++];
             mapping_init(m, e, i, &src, &dst, &cut, words + wused);
             wused += (size_t)MAPPING_WORDS * e->pub.ndim;
-            hits[nh++] = (hit){i, sl, m};
+            hits[nh++] = (hit){i, sl, m, 0};
         }
     }
     return nh;
@@ -370,6 +384,7 @@ static void place_hits(shard_job *jobs, const hit *hits, size_t nh) {
         size_t local = hits[h].sl->local;
         j->tgt[local] = hits[h].target + 1;
         j->map[local] = hits[h].m;
+        if (hits[h].at) j->at[local] = hits[h].at; /* untouched zero pages otherwise */
         j->nwhole += hits[h].m == NULL;
     }
 }
@@ -497,7 +512,8 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
          * tensors: 13 MB) was a fifth of its load. */
         j->map = tzr_map_zeroed(j->nlocal ? j->nlocal : 1, sizeof *j->map);
         j->tgt = tzr_map_zeroed(j->nlocal ? j->nlocal : 1, sizeof *j->tgt);
-        if (!j->map || !j->tgt) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        j->at = tzr_map_zeroed(j->nlocal ? j->nlocal : 1, sizeof *j->at);
+        if (!j->map || !j->tgt || !j->at) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     }
     if (!rc) place_hits(jobs, hits, nhits);
     for (int k = 0; !rc && k < ns; k++) {
@@ -538,6 +554,7 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
         size_t nl = jobs[k].nlocal ? jobs[k].nlocal : 1;
         tzr_unmap_zeroed(jobs[k].map, nl, sizeof *jobs[k].map);
         tzr_unmap_zeroed(jobs[k].tgt, nl, sizeof *jobs[k].tgt);
+        tzr_unmap_zeroed(jobs[k].at, nl, sizeof *jobs[k].at);
     }
     free(jobs);
     free(any);
