@@ -199,8 +199,10 @@ typedef struct tzr_shard_open_options {
  * is read, and checked to hold every listed slice with the expected dtype
  * and local shape, when a load, tzr_shard_reader or
  * tzr_shard_check_headers first needs that shard: a rank that reads one
- * shard of eight reads one index. A shard that fails its check fails
- * every use with the same error. With a key or password (`crypt`) or
+ * shard of eight reads one index. A shard file that does not hold what
+ * the manifest says fails every use with the same error; one that could
+ * not be read (I/O, network, memory) is tried again at the next use. With
+ * a key or password (`crypt`) or
  * network settings (`http`), which are only borrowed while opening, every
  * shard file (URLs too) is opened and checked here instead. A plain
  * `.tensors` path is accepted too and opened as one shard holding every

@@ -461,7 +461,7 @@ int tzr_reader_install_header(tzr_reader *r, size_t i, const uint8_t *bytes, siz
         if (__atomic_load_n(&s->info.module_idx, __ATOMIC_RELAXED) != h.module_idx)
             __atomic_store_n(&s->info.module_idx, h.module_idx, __ATOMIC_RELAXED);
         if (s->info.encrypted != h.crypt.encrypted) s->info.encrypted = h.crypt.encrypted;
-        tzr_tensor_info with = s->info;
+        tzr_tensor_info with = {0}; /* set_comp_fields reads nothing of it (module_idx is another's) */
         set_comp_fields(&with, &h.comp);
         if (with.compression != s->info.compression || with.byte_planes != s->info.byte_planes ||
             with.frame_size != s->info.frame_size || with.frames != s->info.frames)

@@ -135,7 +135,7 @@ TZR_HIDDEN int shard_slice_source_open(tzr_source **out, tzr_source *base, uint6
 typedef struct shard_lazy {
     pthread_mutex_t *mu;        /* one per shard: opens of several run at once */
     atomic_uchar *state;        /* SHARD_UNOPENED, SHARD_READY, SHARD_FAILED */
-    tzr_error_state **err;      /* a failed open's error, reported by every use */
+    tzr_error_state **err;      /* a kept failure (not a transient one), reported by every use */
 } shard_lazy;
 enum { SHARD_UNOPENED, SHARD_READY, SHARD_FAILED };
 

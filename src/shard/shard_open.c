@@ -137,29 +137,40 @@ static int check_shard(tzr_shard_set *s, int k) {
     return 0;
 }
 
+/* Failures a later try may not meet (memory, the disk, the network, a
+ * file moved back): the shard stays unopened and the next use tries again.
+ * Any other (the file is not what the manifest says) is kept. */
+static int transient(int rc) {
+    return rc == TZR_ENOMEM || rc == TZR_EIO || rc == TZR_ENET || rc == TZR_EHTTP || rc == TZR_ENOTFOUND ||
+           rc == TZR_ECHANGED || rc == TZR_ECANCELED;
+}
+
 /* Opened on first use: readers, sl->local of its slices and its state are
- * written under its mutex; the state is published last. A failure is kept
- * and reported by every later use (its reader freed: nothing half-checked
- * is ever handed out). */
+ * written under its mutex; the state is published last. A kept failure is
+ * reported by every later use (its reader freed: nothing half-checked is
+ * ever handed out). */
 tzr_reader *shard_ready(tzr_shard_set *s, int k) {
     shard_lazy *z = s->lazy;
     if (!z || atomic_load_explicit(&z->state[k], memory_order_acquire) == SHARD_READY) return s->readers[k];
     pthread_mutex_lock(&z->mu[k]);
     unsigned char st = atomic_load_explicit(&z->state[k], memory_order_relaxed);
     if (st == SHARD_UNOPENED) {
-        st = SHARD_READY;
-        if (check_shard(s, k)) {
-            st = SHARD_FAILED;
-            if ((z->err[k] = malloc(sizeof *z->err[k]))) tzr_error_keep(z->err[k]);
+        int rc = check_shard(s, k);
+        if (rc) {
             tzr_reader_free(s->readers[k]);
             s->readers[k] = NULL;
         }
-        atomic_store_explicit(&z->state[k], st, memory_order_release);
+        if (rc && !transient(rc) && (z->err[k] = malloc(sizeof *z->err[k]))) {
+            tzr_error_keep(z->err[k]);
+            atomic_store_explicit(&z->state[k], SHARD_FAILED, memory_order_release);
+        } else if (!rc) {
+            atomic_store_explicit(&z->state[k], SHARD_READY, memory_order_release);
+        }
+        /* else left unopened: this call reports its error, the next tries again */
+        pthread_mutex_unlock(&z->mu[k]);
+        return rc ? NULL : s->readers[k];
     }
-    if (st == SHARD_FAILED) {
-        if (z->err[k]) tzr_error_put(z->err[k]);
-        else tzr_fail(TZR_ENOMEM, "%s: shard %d of %d: cannot be opened (out of memory)", s->path, k, s->tb.nshards);
-    }
+    if (st == SHARD_FAILED) tzr_error_put(z->err[k]);
     pthread_mutex_unlock(&z->mu[k]);
     return st == SHARD_READY ? s->readers[k] : NULL;
 }
