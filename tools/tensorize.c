@@ -96,7 +96,12 @@ static int input_open(input *in, const char *arg) {
     if (cli_ends_with(arg, ".index.json") || cli_is_directory(arg)) {
         tzr_shard_open_options so = TZR_SHARD_OPEN_OPTIONS_INIT;
         so.http = cli_http();
-        return tzr_shard_open(&in->set, arg, &so);
+        int rc = tzr_shard_open(&in->set, arg, &so);
+        /* Every file is read: all opened (and checked) before anything is
+         * written, whether or not the set opened them already. */
+        for (int k = 0; !rc && k < tzr_shard_nshards(in->set); k++)
+            if (!tzr_shard_reader(in->set, k)) rc = tzr_last_error_code();
+        return rc;
     }
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.read_headers = 1; /* module indices live in the headers */
