@@ -29,6 +29,7 @@ typedef struct shard_entry {
     uint64_t *shape;         /* 500k mallocs); entries of one dtype share it */
     shard_slice *slices;     /* replicated: one per holder */
     size_t nslices, slice_cap;
+    int in_order;            /* slices listed by offset (shard_table_validate) */
 } shard_entry;
 
 typedef struct shard_table {
@@ -58,7 +59,7 @@ TZR_HIDDEN int shard_table_reserve(shard_table *tb, size_t n);
 /* Take back the entry shard_table_add just made. */
 TZR_HIDDEN void shard_table_drop_last(shard_table *tb);
 /* Every slice list tiles its tensor exactly; dtypes parse; shards in range. */
-TZR_HIDDEN int shard_table_validate(const shard_table *tb, const char *what);
+TZR_HIDDEN int shard_table_validate(shard_table *tb, const char *what);
 /* Local shape of slice sl of e into out (ndim entries). */
 TZR_HIDDEN void shard_local_shape(const shard_entry *e, const shard_slice *sl, uint64_t *out);
 

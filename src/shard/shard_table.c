@@ -181,9 +181,9 @@ static const char *ename(const shard_entry *e, char *nb) {
     return tzr_printable(e->name, e->pub.name_len, nb, TZR_NAMEBUF);
 }
 
-int shard_table_validate(const shard_table *tb, const char *what) {
+int shard_table_validate(shard_table *tb, const char *what) {
     for (size_t i = 0; i < tb->n; i++) {
-        const shard_entry *e = &tb->t[i];
+        shard_entry *e = &tb->t[i];
         char nb[TZR_NAMEBUF];
         if (!e->pub.itemsize)
             return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': bad dtype string", what, ename(e, nb));
@@ -209,7 +209,8 @@ int shard_table_validate(const shard_table *tb, const char *what) {
          * an open. */
         size_t k0 = 1;
         while (k0 < e->nslices && !slice_before(&e->slices[k0], &e->slices[k0 - 1])) k0++;
-        shard_slice *s = k0 >= e->nslices ? e->slices : malloc(e->nslices * sizeof *s);
+        e->in_order = k0 >= e->nslices;
+        shard_slice *s = e->in_order ? e->slices : malloc(e->nslices * sizeof *s);
         if (!s) return tzr_fail(TZR_ENOMEM, "out of memory");
         if (s != e->slices) {
             memcpy(s, e->slices, e->nslices * sizeof *s);
