@@ -264,6 +264,26 @@ static void plain_file_set(void) {
     }
 }
 
+/* A name the manifest cannot hold (not UTF-8, so no JSON string) is
+ * refused when added, naming why, and leaves no sidecar to merge. */
+static void writer_name_without_json(void) {
+    char dir[256], prefix[1024], side[1100];
+    path_in(dir, sizeof dir, check_tmpdir(), "wj");
+    mkdir(dir, 0755);
+    path_in(prefix, sizeof prefix, dir, "model");
+    tzr_shard_writer *w = NULL;
+    CHECK_OK(tzr_shard_writer_open(&w, prefix, 0, 1, NULL));
+    if (!w) return;
+    uint64_t one = 1;
+    float v = 1.0f;
+    tzr_shard_tensor_desc d = {"\xff\xfe", 2, NULL, 0, TZR_DTYPE_F32, 1, &one, TZR_SHARD_REPLICATED, 0, 0, NULL};
+    CHECK_RC(tzr_shard_writer_add(w, &d, &v), TZR_EINVAL);
+    CHECKF(strstr(tzr_last_error(), "not valid UTF-8") != NULL, "message: %s", tzr_last_error());
+    tzr_shard_writer_abort(w);
+    CHECK_OK(tzr_shard_file_name(side, sizeof side, prefix, 0, 1, TZR_SHARD_PART_SUFFIX));
+    CHECKF(access(side, F_OK) != 0, "%s left behind", side);
+}
+
 /* The per-rank writer: 2 ranks write explicit slices (dim 1 of the embed,
  * uneven dim 0 of the bias, a replicated copy, a 0-d tensor). */
 static void writer_api(void) {
@@ -987,6 +1007,7 @@ int main(void) {
     RUN(plain_file_set);
     RUN(load_into_async_sink);
     RUN(writer_api);
+    RUN(writer_name_without_json);
     RUN(build_rejects);
     RUN(bad_manifests);
     RUN(rank_reads_its_shard);

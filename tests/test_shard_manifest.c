@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "shard_internal.h"
+#include "text_buf.h"
 #include "tzr_shard.h"
 #include "tzr_load.h"
 
@@ -279,6 +280,61 @@ static void expect_refused(const char *what, const char *from, const char *to, i
     free(a);
     free(b);
 }
+
+/* The manifest writer's entry text is what jansson writes for the same
+ * entry (compact, ASCII only), for every form: escapes, non-ASCII and
+ * structured names, opaque dtypes and runs of one dtype, 0-d and empty
+ * extents, replicated, sha256 and header digests. One is spelled out. */
+static void entry_text_as_jansson(void) {
+    char *t = replace(BASE, "\n ]\n}\n",
+                      ",\n  {\"name\": [\"layers\", 1, \"w\\u00e9\"], \"dtype\": \"<V2\\u0000torch.bfloat16\", "
+                      "\"shape\": [4], \"replicated\": [1]},\n"
+                      "  {\"name\": \"x\\\\y/z\\u0001\", \"dtype\": \"<f4\", \"shape\": [2, 3, 0],\n"
+                      "   \"slices\": [{\"shard\": 2, \"dim\": 2, \"offset\": 0, \"length\": 0}]},\n"
+                      "  {\"name\": \"t\\u00e9st\", \"dtype\": \"<f4\", \"shape\": [3], \"replicated\": [0, 1, 2]}\n ]\n}\n");
+    shard_table tb;
+    int rc = read_text(t, &tb);
+    free(t);
+    CHECKF(rc == 0, "extended manifest: %s", tzr_last_error());
+    if (rc) return;
+    CHECK(tb.n == 6);
+    tzr_text dt = {0};
+    const shard_entry *dof = NULL;
+    for (size_t i = 0; i < tb.n; i++) {
+        tzr_text mine = {0}, ref = {0};
+        json_t *j = shard_entry_json(&tb.t[i]);
+        CHECK(j != NULL);
+        CHECK(shard_entry_text(&mine, &tb.t[i], &dt, &dof) == 0);
+        char *d = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        CHECKF(d && mine.p && strcmp(mine.p, d) == 0, "entry %zu:\n    mine    %s\n    jansson %s", i,
+               mine.p ? mine.p : "(none)", d ? d : "(none)");
+        if (i == 0)
+            CHECKF(mine.p && strcmp(mine.p, "{\"name\":\"w.q\",\"dtype\":\"<V2\\u0000torch.bfloat16\",\"shape\":[6,4],"
+                                             "\"slices\":[{\"shard\":0,\"dim\":0,\"offset\":0,\"length\":2},"
+                                             "{\"shard\":1,\"dim\":0,\"offset\":2,\"length\":2},"
+                                             "{\"shard\":2,\"dim\":0,\"offset\":4,\"length\":2}],\"header_sha256\":{"
+                                             "\"0\":\"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\","
+                                             "\"2\":\"ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100\"}}") == 0,
+                   "w.q: %s", mine.p ? mine.p : "(none)");
+        free(d);
+        json_decref(j);
+        free(mine.p);
+        free(ref.p);
+    }
+    /* A name that is not UTF-8 has no JSON form: 1, as the tree has none. */
+    uint64_t one = 1;
+    shard_entry *e = shard_table_add(&tb, "\xff\xfe", 2, "<f4", 3, 1, &one, TZR_SHARD_REPLICATED);
+    CHECK(e != NULL);
+    if (e) {
+        tzr_text mine = {0};
+        CHECK(shard_entry_text(&mine, e, &dt, &dof) == 1);
+        CHECK(shard_entry_json(e) == NULL);
+        free(mine.p);
+    }
+    free(dt.p);
+    shard_table_free(&tb);
+}
+
 
 static void malformed_same_errors(void) {
     expect_refused("fraction in shape", "[3, 5]", "[3, 5.0]", TZR_EFORMAT, "tensors[2]", "bad shape");
@@ -573,6 +629,7 @@ int main(void) {
     RUN(same_table_both_paths);
     RUN(malformed_same_errors);
     RUN(slice_order);
+    RUN(entry_text_as_jansson);
     RUN(many_names_merge);
     RUN(shard_order_differs);
     RUN(long_lists_in_halves);

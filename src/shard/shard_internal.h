@@ -60,6 +60,14 @@ TZR_HIDDEN int shard_table_reserve(shard_table *tb, size_t n);
 TZR_HIDDEN void shard_table_drop_last(shard_table *tb);
 /* Every slice list tiles its tensor exactly; dtypes parse; shards in range. */
 TZR_HIDDEN int shard_table_validate(shard_table *tb, const char *what);
+/* A manifest entry as JSON text (shard_entry_text, appended to b, as
+ * JSON_COMPACT | JSON_ENSURE_ASCII writes shard_entry_json's tree).
+ * dtype_text and *dtype_of (zeroed at first) carry the previous entry's
+ * dtype text. 0; -1 out of memory; 1 the name or dtype has no JSON form. */
+struct tzr_text;
+TZR_HIDDEN int shard_entry_text(struct tzr_text *b, const shard_entry *e, struct tzr_text *dtype_text,
+                                const shard_entry **dtype_of);
+TZR_HIDDEN struct json_t *shard_entry_json(const shard_entry *e);
 /* Local shape of slice sl of e into out (ndim entries). */
 TZR_HIDDEN void shard_local_shape(const shard_entry *e, const shard_slice *sl, uint64_t *out);
 

@@ -19,7 +19,9 @@ static json_t *name_json(const char *name, size_t len) {
     return json_stringn(name, len);
 }
 
-static json_t *entry_json(const shard_entry *e) {
+/* An entry as a jansson tree: the reference shard_entry_text is tested
+ * against. */
+json_t *shard_entry_json(const shard_entry *e) {
     json_t *o = json_object(), *shape = json_array(), *sl = json_array();
     if (!o || !shape || !sl) goto fail;
     json_t *nm = name_json(e->name, e->pub.name_len);
@@ -68,6 +70,98 @@ static int text_put(const char *s, size_t len, void *ctx) { return tzr_text_put(
 
 static int text_puts(tzr_text *b, const char *s) { return tzr_text_put(b, s, strlen(s)); }
 
+static int text_u64(tzr_text *b, uint64_t v) {
+    char d[24], *q = d + sizeof d;
+    do *--q = (char)('0' + v % 10);
+    while ((v /= 10));
+    return tzr_text_put(b, q, (size_t)(d + sizeof d - q));
+}
+
+/* A JSON value as jansson writes it compact and ASCII-only (the rare
+ * forms: escapes, structured names). */
+static int text_json(tzr_text *b, json_t *v) {
+    if (!v) return 1; /* not UTF-8, or a structured name that is not JSON */
+    int rc = json_dump_callback(v, text_put, b, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY) ? -1 : 0;
+    json_decref(v);
+    return rc;
+}
+
+/* A string: printable ASCII other than '"' and '\\' as it is (what jansson
+ * writes for it), anything else through jansson. */
+static int text_string(tzr_text *b, const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e || s[i] == '"' || s[i] == '\\')
+            return text_json(b, json_stringn(s, len));
+    return tzr_text_put(b, "\"", 1) || tzr_text_put(b, s, len) || tzr_text_put(b, "\"", 1) ? -1 : 0;
+}
+
+/* One tensor entry, byte for byte what json_dump_callback(entry_json(e),
+ * JSON_COMPACT | JSON_ENSURE_ASCII) writes (tests/test_shard_manifest.c
+ * compares them): through jansson, a tree per entry and a callback per
+ * token were most of writing a 100k-tensor set's sidecars and manifest.
+ * *dtype_text caches the previous entry's dtype text (runs of one dtype
+ * are the rule; an opaque dtype has an escape). Returns 0, -1 out of
+ * memory, or 1 when the name or dtype cannot be written as JSON. */
+int shard_entry_text(tzr_text *b, const shard_entry *e, tzr_text *dtype_text, const shard_entry **dtype_of) {
+    int rc = tzr_text_put(b, "{\"name\":", 8);
+    if (!rc && e->pub.name_len && e->name[0] == 0x1E) {
+        rc = text_json(b, name_json(e->name, e->pub.name_len));
+    } else if (!rc) {
+        rc = text_string(b, e->name, e->pub.name_len);
+    }
+    if (rc) return rc;
+    if (!*dtype_of || (*dtype_of)->pub.dtype_len != e->pub.dtype_len ||
+        memcmp((*dtype_of)->dtype, e->dtype, e->pub.dtype_len) != 0) {
+        dtype_text->len = 0;
+        *dtype_of = NULL;
+        if ((rc = text_string(dtype_text, e->dtype, e->pub.dtype_len))) return rc;
+        *dtype_of = e;
+    }
+    if (tzr_text_put(b, ",\"dtype\":", 9) || tzr_text_put(b, dtype_text->p, dtype_text->len) ||
+        tzr_text_put(b, ",\"shape\":[", 10))
+        return -1;
+    for (uint32_t d = 0; d < e->pub.ndim; d++)
+        if ((d && tzr_text_put(b, ",", 1)) || text_u64(b, e->shape[d])) return -1;
+    int rep = e->pub.dim == TZR_SHARD_REPLICATED;
+    if (text_puts(b, rep ? "],\"replicated\":[" : "],\"slices\":[")) return -1;
+    for (size_t k = 0; k < e->nslices; k++) {
+        const shard_slice *s = &e->slices[k];
+        if (k && tzr_text_put(b, ",", 1)) return -1;
+        if (rep) {
+            if (text_u64(b, (uint64_t)s->shard)) return -1;
+            continue;
+        }
+        if (tzr_text_put(b, "{\"shard\":", 9) || text_u64(b, (uint64_t)s->shard) || tzr_text_put(b, ",\"dim\":", 7) ||
+            text_u64(b, (uint64_t)e->pub.dim) || tzr_text_put(b, ",\"offset\":", 10) || text_u64(b, s->offset) ||
+            tzr_text_put(b, ",\"length\":", 10) || text_u64(b, s->length) || tzr_text_put(b, "}", 1))
+            return -1;
+    }
+    if (tzr_text_put(b, "]", 1)) return -1;
+    char hex[65];
+    if (e->pub.has_sha256) {
+        sodium_bin2hex(hex, sizeof hex, e->pub.sha256, 32);
+        if (tzr_text_put(b, ",\"sha256\":\"", 11) || tzr_text_put(b, hex, 64) || tzr_text_put(b, "\"", 1)) return -1;
+    }
+    /* jansson keeps the last of a repeated key, in the first one's place */
+    int any = 0;
+    for (size_t k = 0; k < e->nslices; k++) {
+        const shard_slice *s = &e->slices[k];
+        if (!s->has_header_sha) continue;
+        size_t last = k;
+        for (size_t q = k + 1; q < e->nslices; q++)
+            if (e->slices[q].shard == s->shard && e->slices[q].has_header_sha) last = q;
+        int seen = 0;
+        for (size_t q = 0; q < k && !seen; q++) seen = e->slices[q].shard == s->shard && e->slices[q].has_header_sha;
+        if (seen) continue;
+        sodium_bin2hex(hex, sizeof hex, e->slices[last].header_sha, 32);
+        if (text_puts(b, any ? ",\"" : ",\"header_sha256\":{\"") || text_u64(b, (uint64_t)s->shard) ||
+            tzr_text_put(b, "\":\"", 3) || tzr_text_put(b, hex, 64) || tzr_text_put(b, "\"", 1))
+            return -1;
+        any = 1;
+    }
+    return text_puts(b, any ? "}}" : "}") ? -1 : 0;
+}
+
 /* The members before "tensors" indented, then one tensor a line: a
  * 100k-tensor manifest is a fifth smaller (so a fifth less to read and
  * scan at every open) than indented throughout, and a grep for a tensor
@@ -75,7 +169,9 @@ static int text_puts(tzr_text *b, const char *s) { return tzr_text_put(b, s, str
  * held as one tree. */
 int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path, unsigned flags) {
     json_t *root = json_object(), *shards = json_array();
-    tzr_text text = {0};
+    tzr_text text = {0}, dtype_text = {0};
+    tzr_output *o = NULL;
+    uint64_t at = 0;
     int rc = TZR_ENOMEM;
     if (!root || !shards) goto out;
     json_object_set_new(root, "format", json_string(sidecar_shard >= 0 ? SHARD_FORMAT "-part" : SHARD_FORMAT));
@@ -95,31 +191,37 @@ int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path,
         goto out;
     text.len -= 2;
     if (text_puts(&text, ",\n \"tensors\": [")) goto out;
+    /* As every output: a temporary file beside path (removed on a signal),
+     * published with a rename that, with TZR_OUTPUT_NOREPLACE, fails
+     * "exists" rather than replace what another writer put there. Written
+     * a few MiB at a time: a 100k-tensor manifest's text grown whole was
+     * copied at each doubling. */
+    if ((rc = tzr_output_open_file_flags(&o, path, flags))) goto out;
+    rc = TZR_ENOMEM;
+    const shard_entry *dtype_of = NULL;
     for (size_t i = 0; i < tb->n; i++) {
-        json_t *e = entry_json(&tb->t[i]);
-        if (!e) {
+        int bad = text_puts(&text, i ? ",\n  " : "\n  ") ? -1 : shard_entry_text(&text, &tb->t[i], &dtype_text, &dtype_of);
+        if (bad > 0) {
             char nb[TZR_NAMEBUF];
             rc = tzr_fail(TZR_EFORMAT, "tensor '%s': name or dtype cannot be written as JSON",
                           tzr_printable(tb->t[i].name, tb->t[i].pub.name_len, nb, sizeof nb));
-            goto out;
         }
-        int bad = text_puts(&text, i ? ",\n  " : "\n  ") ||
-                  json_dump_callback(e, text_put, &text, JSON_COMPACT | JSON_ENSURE_ASCII);
-        json_decref(e);
         if (bad) goto out;
+        if (text.len >= ((size_t)4 << 20)) {
+            if ((rc = o->pwrite_at(o, text.p, text.len, at))) goto out;
+            at += text.len;
+            text.len = 0;
+            rc = TZR_ENOMEM;
+        }
     }
     if (text_puts(&text, tb->n ? "\n ]\n}\n" : "]\n}\n")) goto out;
-    /* As every output: a temporary file beside path (removed on a signal),
-     * published with a rename that, with TZR_OUTPUT_NOREPLACE, fails
-     * "exists" rather than replace what another writer put there. */
-    tzr_output *o;
-    if ((rc = tzr_output_open_file_flags(&o, path, flags))) goto out;
-    rc = o->pwrite_at(o, text.p, text.len, 0);
+    rc = o->pwrite_at(o, text.p, text.len, at);
     if (!rc) rc = o->finish(o);
-    o->destroy(o);
 out:
     if (rc == TZR_ENOMEM) tzr_fail(rc, "out of memory");
+    if (o) o->destroy(o); /* unfinished: its temporary file is removed */
     free(text.p);
+    free(dtype_text.p);
     json_decref(root), json_decref(shards);
     return rc;
 }
