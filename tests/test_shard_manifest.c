@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "shard_internal.h"
@@ -335,6 +336,34 @@ static void entry_text_as_jansson(void) {
     shard_table_free(&tb);
 }
 
+/* Manifests past the 256 MiB that used to be the bound are read (a
+ * 100k-tensor set cut 32 ways writes ~400 MB); past SHARD_JSON_MAX one is
+ * refused before any of it is read. */
+static void large_manifests(void) {
+    FILE *f = fopen(mpath, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(fwrite(BASE, 1, strlen(BASE), f) == strlen(BASE));
+    static char ws[1 << 20];
+    memset(ws, '\n', sizeof ws);
+    for (int i = 0; i < 300; i++) CHECK(fwrite(ws, 1, sizeof ws, f) == sizeof ws);
+    CHECK(fclose(f) == 0);
+    shard_table tb;
+    int side = 0, rc = shard_json_read(mpath, NULL, &tb, &side);
+    CHECKF(rc == 0, "300 MiB manifest: %s", tzr_last_error());
+    if (!rc) {
+        CHECK(shard_table_validate(&tb, mpath) == 0);
+        check_table(&tb);
+        shard_table_free(&tb);
+    }
+    /* sparse: no disk, and never read */
+    CHECK(truncate(mpath, (off_t)SHARD_JSON_MAX + 1) == 0);
+    rc = shard_json_read(mpath, NULL, &tb, &side);
+    if (!rc) shard_table_free(&tb);
+    CHECKF(rc == TZR_ELIMIT && strstr(tzr_last_error(), "too large for a shard manifest"), "rc %d: %s", rc,
+           tzr_last_error());
+    unlink(mpath);
+}
 
 static void malformed_same_errors(void) {
     expect_refused("fraction in shape", "[3, 5]", "[3, 5.0]", TZR_EFORMAT, "tensors[2]", "bad shape");
@@ -630,6 +659,7 @@ int main(void) {
     RUN(malformed_same_errors);
     RUN(slice_order);
     RUN(entry_text_as_jansson);
+    RUN(large_manifests);
     RUN(many_names_merge);
     RUN(shard_order_differs);
     RUN(long_lists_in_halves);

@@ -13,6 +13,10 @@
 
 #define SHARD_FORMAT "tzr-shards"
 #define SHARD_VERSION 1
+/* The largest manifest read (formats/shards.md): a 100k-tensor checkpoint
+ * cut 32 ways writes ~400 MB of JSON; the bound keeps a stray file from
+ * being read whole into memory. */
+#define SHARD_JSON_MAX ((uint64_t)2 << 30)
 
 typedef struct shard_slice {
     int shard;

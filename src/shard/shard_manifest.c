@@ -355,9 +355,9 @@ static int json_bytes(const char *path, const tzr_http_options *http, char **out
     if (rc == TZR_ENOTFOUND && !tzr_is_url(path))
         return tzr_fail(TZR_EIO, "cannot open '%s': No such file or directory", path);
     if (rc) return rc;
-    if (src->size > (256u << 20)) {
-        rc = tzr_fail(TZR_EFORMAT, "%s: %llu bytes is too large for a shard manifest", path,
-                      (unsigned long long)src->size);
+    if (src->size > SHARD_JSON_MAX || src->size > SIZE_MAX / 2) {
+        rc = tzr_fail(TZR_ELIMIT, "%s: %llu bytes is too large for a shard manifest (at most %llu)", path,
+                      (unsigned long long)src->size, (unsigned long long)SHARD_JSON_MAX);
         goto out;
     }
     *len = (size_t)src->size;
