@@ -31,6 +31,7 @@ extern "C" {
 #define TZR_SHARD_REPLICATED (-1)
 #define TZR_SHARD_MANIFEST_SUFFIX ".tzr-index.json"
 #define TZR_SHARD_PART_SUFFIX ".tzr-part.json"
+#define TZR_SHARD_HASHES_SUFFIX ".tzr-hashes" /* the shards' header digests (version 2) */
 #define TZR_SHARD_MAX 99999
 
 /* "<prefix>-rank-00003-of-00008<suffix>" into buf (suffix ".tensors",
@@ -107,7 +108,10 @@ TZR_API int tzr_shard_rule_dim(const char *rules, const char *name, size_t name_
 
 /* Merge the nshards sidecars of prefix into the manifest, checking that
  * every tensor's slices tile it exactly (no gap, no overlap) with the same
- * dtype and shape everywhere; removes the sidecars on success. */
+ * dtype and shape everywhere; removes the sidecars on success. Writes
+ * format version 2: the shards' header digests go to
+ * prefix TZR_SHARD_HASHES_SUFFIX, published just before the manifest (and
+ * removed if the manifest is not). */
 TZR_API int tzr_shard_manifest_build(const char *prefix, int nshards);
 
 typedef struct tzr_shard_split_options {

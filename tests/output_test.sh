@@ -192,17 +192,18 @@ gate_run() {
 }
 # A held 2-shard run and a 3-shard run to one new OUT: other shard names,
 # one manifest name. The manifest the other run published is kept; the
-# loser fails "exists" and removes the shards and sidecars it published,
-# so no half of its set lies beside the winner's.
+# loser fails "exists" (at the header digests file, published just before
+# the manifest) and removes the shards and sidecars it published, so no
+# half of its set lies beside the winner's.
 mkdir "$T/srace"
 if gate_run "$T/srace" ck-rank-00000-of-00002.tensors --shards 2 -o "$T/srace/ck.tensors"; then
     $TZ -q "$T/b.safetensors" --shards 3 -o "$T/srace/ck.tensors" 2> "$T/srace2.err"; rc2=$?
     touch "$T/slow/gate.open"
     wait $pid; rc1=$?
     check shard_manifest_second_writer_not_replaced sh -c "test $rc2 = 0 && test $rc1 = 1 &&
-        grep -q 'ck.tzr-index.json exists' '$T/srace.err' && grep -q '\"shard_count\": 3' '$T/srace/ck.tzr-index.json'"
+        grep -q 'ck.tzr-hashes exists' '$T/srace.err' && grep -q '\"shard_count\": 3' '$T/srace/ck.tzr-index.json'"
     check shard_manifest_loser_leaves_nothing test "$(ls -A "$T/srace" | tr '\n' ' ')" = \
-        "ck-rank-00000-of-00003.tensors ck-rank-00001-of-00003.tensors ck-rank-00002-of-00003.tensors ck.tzr-index.json "
+        "ck-rank-00000-of-00003.tensors ck-rank-00001-of-00003.tensors ck-rank-00002-of-00003.tensors ck.tzr-hashes ck.tzr-index.json "
     $DT "$T/srace/ck.tzr-index.json" --verify > /dev/null 2> "$T/srace3.err"
     check shard_manifest_winner_verifies test $? = 0
 else

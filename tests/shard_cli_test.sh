@@ -23,6 +23,34 @@ assert split["model.embed_tokens.weight"] == 1, split["model.embed_tokens.weight
 assert split["model.norm.weight"] is None
 PY
 check manifest_verify $DT "$T/s.tzr-index.json" --verify
+# Version 2: the header digests beside the manifest, 32 bytes a slice; a
+# second run to the same prefix is refused (the digests file too) unless
+# --force.
+check manifest_v2_hashes_file python3 - "$T/s.tzr-index.json" "$T/s.tzr-hashes" <<'PY'
+import json, os, sys
+m = json.load(open(sys.argv[1]))
+assert m["version"] == 2 and m["header_hashes"] == "s.tzr-hashes", (m["version"], m.get("header_hashes"))
+held = [0] * m["shard_count"]
+for t in m["tensors"]:
+    if "split" in t:
+        held = [h + 1 for h in held]
+    else:
+        for s in t.get("slices", []):
+            held[s["shard"]] += 1
+        for k in t.get("replicated", []):
+            held[k] += 1
+    assert "header_sha256" not in t, t["name"]
+at = 0
+for s in m["shards"]:
+    h = s["header_hashes"]
+    assert h["offset"] == at and h["count"] == held[s["index"]], (s, held)
+    at += 32 * h["count"]
+assert os.path.getsize(sys.argv[2]) == at, (os.path.getsize(sys.argv[2]), at)
+PY
+mv "$T/s.tzr-index.json" "$T/s.keep.json"
+$TZ -q "$T/m.safetensors" -o "$T/s.tensors" --shards 3 2> "$T/again.err"; rc=$?
+check shards_again_refused_digests_file sh -c "test $rc = 1 && grep -q 's.tzr-hashes exists; give --force' '$T/again.err'"
+mv "$T/s.keep.json" "$T/s.tzr-index.json"
 # The manifest's layout (formats/shards.md): one tensor entry a line.
 check manifest_one_tensor_a_line python3 - "$T/s.tzr-index.json" <<'PY'
 import json, sys
@@ -98,6 +126,9 @@ rank0 = 0
 for e in json.load(open(sys.argv[3]))["tensors"]:
     if "replicated" in e:
         rank0 += size[e["name"]]
+    elif "split" in e:  # even over the 2 shards: shard 0 holds the first ceil(n/2)
+        n = e["shape"][e["split"]]
+        rank0 += size[e["name"]] // n * ((n + 1) // 2)
     else:
         s0 = [s for s in e["slices"] if s["shard"] == 0][0]
         rank0 += size[e["name"]] // e["shape"][s0["dim"]] * s0["length"]

@@ -377,10 +377,34 @@ static int copy_set(const char *name, char *out, size_t cap) {
 
 typedef void (*edit_fn)(json_t *root);
 
+/* Entries written as "split": D (formats/shards.md, version 2) spelled
+ * out as the slices they stand for, so the edits below can change one:
+ * part p of the dim in shard p, cut as tzr_shard_chunk cuts it. */
+static void spell_out_splits(json_t *root) {
+    int n = (int)json_integer_value(json_object_get(root, "shard_count"));
+    json_t *ts = json_object_get(root, "tensors");
+    for (size_t i = 0; i < json_array_size(ts); i++) {
+        json_t *t = json_array_get(ts, i), *sp = json_object_get(t, "split");
+        if (!sp) continue;
+        json_int_t d = json_integer_value(sp);
+        uint64_t len = (uint64_t)json_integer_value(json_array_get(json_object_get(t, "shape"), (size_t)d));
+        json_t *sl = json_array();
+        for (int p = 0; p < n; p++) {
+            uint64_t off, l;
+            tzr_shard_chunk(len, n, p, &off, &l);
+            json_array_append_new(sl, json_pack("{s:i,s:I,s:I,s:I}", "shard", p, "dim", d, "offset", (json_int_t)off,
+                                                "length", (json_int_t)l));
+        }
+        json_object_del(t, "split");
+        json_object_set_new(t, "slices", sl);
+    }
+}
+
 static void edit_manifest(const char *dir, edit_fn fn) {
     char m[1024];
     path_in(m, sizeof m, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
     json_t *root = json_load_file(m, JSON_ALLOW_NUL, NULL);
+    spell_out_splits(root);
     fn(root);
     json_dump_file(root, m, JSON_INDENT(1));
     json_decref(root);
@@ -471,6 +495,47 @@ static void expect_refused_at_use(const char *dir, int code, const char *w1, con
 
 static void expect_refused(const char *dir, int code, const char *w1, const char *w2) {
     expect_refused_with(dir, code, w1, w2, NULL);
+}
+
+/* Version 2's header digests file (formats/shards.md): gone, or too short
+ * for the sections, every shard fails at first use naming it; one byte
+ * changed in shard 3's section fails shard 3 alone (TZR_EHASH), while
+ * another rank's load goes on. */
+static void bad_hashes_file(void) {
+    char d[256], f[1024], m[1024];
+    if (copy_set("hashes_missing", d, sizeof d)) return check_fail("cp failed");
+    path_in(f, sizeof f, d, "model" TZR_SHARD_HASHES_SUFFIX);
+    CHECK(unlink(f) == 0);
+    expect_refused_at_use(d, TZR_EIO, "model.tzr-hashes", "is missing");
+
+    copy_set("hashes_short", d, sizeof d);
+    path_in(f, sizeof f, d, "model" TZR_SHARD_HASHES_SUFFIX);
+    CHECK(truncate(f, 31) == 0);
+    expect_refused_at_use(d, TZR_EFORMAT, "model.tzr-hashes", "too few");
+
+    copy_set("hashes_flipped", d, sizeof d);
+    path_in(f, sizeof f, d, "model" TZR_SHARD_HASHES_SUFFIX);
+    path_in(m, sizeof m, d, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    json_t *root = json_load_file(m, JSON_ALLOW_NUL, NULL);
+    json_t *h3 = json_object_get(json_array_get(json_object_get(root, "shards"), 3), "header_hashes");
+    CHECK(json_integer_value(json_object_get(h3, "count")) > 0);
+    long at = (long)json_integer_value(json_object_get(h3, "offset")) + 5;
+    json_decref(root);
+    FILE *fp = fopen(f, "r+b");
+    CHECK(fp != NULL);
+    if (!fp) return;
+    int c = (fseek(fp, at, SEEK_SET), fgetc(fp));
+    CHECK(c != EOF && fseek(fp, at, SEEK_SET) == 0 && fputc(c ^ 1, fp) != EOF);
+    fclose(fp);
+    tzr_shard_set *s = NULL;
+    CHECK_OK(tzr_shard_open(&s, m, NULL));
+    if (!s) return;
+    tzr_shard_result *res = NULL;
+    CHECK_RC(tzr_shard_load_rank(s, 3, 8, NULL, &res), TZR_EHASH);
+    lacks("shard 3 of 8", "differ from the manifest's sha256");
+    CHECK_OK(tzr_shard_load_rank(s, 0, 8, NULL, &res));
+    tzr_shard_result_free(res);
+    tzr_shard_close(s);
 }
 
 static void bad_manifests(void) {
@@ -1010,6 +1075,7 @@ int main(void) {
     RUN(writer_name_without_json);
     RUN(build_rejects);
     RUN(bad_manifests);
+    RUN(bad_hashes_file);
     RUN(rank_reads_its_shard);
     RUN(ranks_side_by_side);
     RUN(ranks_and_checks_side_by_side);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -305,7 +306,7 @@ static void entry_text_as_jansson(void) {
         tzr_text mine = {0}, ref = {0};
         json_t *j = shard_entry_json(&tb.t[i]);
         CHECK(j != NULL);
-        CHECK(shard_entry_text(&mine, &tb.t[i], &dt, &dof) == 0);
+        CHECK(shard_entry_text(&mine, &tb.t[i], NULL, &dt, &dof) == 0);
         char *d = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
         CHECKF(d && mine.p && strcmp(mine.p, d) == 0, "entry %zu:\n    mine    %s\n    jansson %s", i,
                mine.p ? mine.p : "(none)", d ? d : "(none)");
@@ -328,7 +329,7 @@ static void entry_text_as_jansson(void) {
     CHECK(e != NULL);
     if (e) {
         tzr_text mine = {0};
-        CHECK(shard_entry_text(&mine, e, &dt, &dof) == 1);
+        CHECK(shard_entry_text(&mine, e, NULL, &dt, &dof) == 1);
         CHECK(shard_entry_json(e) == NULL);
         free(mine.p);
     }
@@ -363,6 +364,53 @@ static void large_manifests(void) {
     CHECKF(rc == TZR_ELIMIT && strstr(tzr_last_error(), "too large for a shard manifest"), "rc %d: %s", rc,
            tzr_last_error());
     unlink(mpath);
+}
+
+/* Version 2's "split": D stands for the slices tzr_shard_chunk cuts over
+ * every shard, part p in shard p: the same table as the slices spelled
+ * out (even, uneven, and fewer rows than shards), by the scan and by
+ * jansson; with slices too, or a dim the tensor lacks, it is refused. */
+static void split_form(void) {
+    char *a = replace(BASE, "\"slices\": [{\"shard\": 0, \"dim\": 0, \"offset\": 0, \"length\": 2},\n"
+                            "    {\"shard\": 1, \"dim\": 0, \"offset\": 2, \"length\": 2},\n"
+                            "    {\"shard\": 2, \"dim\": 0, \"offset\": 4, \"length\": 2}]",
+                      "\"split\": 0");
+    expect_table("w.q as split", a, 0);
+    char *b = replace(a, "\"name\": \"w.q\"", "\"n\\u0061me\": \"w.q\"");
+    expect_table("w.q as split, jansson", b, SHARD_RETRY);
+    free(b);
+    /* b: dim 1 of 5 over 3 shards is 2, 2, 1; and t: 2 rows over 3 shards */
+    char *c = replace(a, "\"slices\": [{\"dim\": 1, \"length\": 5, \"shard\": 1, \"offset\": 0},\n"
+                         "    {\"length\": 0, \"offset\": 5, \"dim\": 1, \"shard\": 0}]",
+                      "\"split\": 1");
+    char *d = replace(c, "\n ]\n}\n", ",\n  {\"name\": \"t\", \"dtype\": \"<f4\", \"shape\": [2], \"split\": 0}\n ]\n}\n");
+    char *e = replace(d, "\"name\": \"w.q\"", "\"n\\u0061me\": \"w.q\"");
+    const char *texts[2] = {d, e};
+    for (int k = 0; k < 2; k++) {
+        CHECK(path_of(texts[k]) == (k ? SHARD_RETRY : 0));
+        shard_table tb;
+        int rc = read_text(texts[k], &tb);
+        CHECKF(rc == 0, "uneven split (%s): %s", k ? "jansson" : "scan", tzr_last_error());
+        if (rc) continue;
+        CHECK(tb.n == 4);
+        if (tb.n == 4) {
+            check_slices(&tb.t[0], (want_slice[]){{0, 0, 2, ANY_HSHA}, {1, 2, 2, NULL}, {2, 4, 2, ANY_HSHA}}, 3);
+            check_slices(&tb.t[2], (want_slice[]){{0, 0, 2, NULL}, {1, 2, 2, NULL}, {2, 4, 1, NULL}}, 3);
+            check_slices(&tb.t[3], (want_slice[]){{0, 0, 1, NULL}, {1, 1, 1, NULL}, {2, 2, 0, NULL}}, 3);
+            CHECK(tb.t[2].pub.dim == 1 && tb.t[3].pub.dim == 0);
+        }
+        shard_table_free(&tb);
+    }
+    free(c);
+    free(d);
+    free(e);
+    free(a);
+    expect_refused("split and slices", "\"name\": \"b\"", "\"name\": \"b\", \"split\": 1", TZR_EFORMAT, "tensors[2]",
+                   "one of slices/replicated/split");
+    expect_refused("split past the dims",
+                   "\"slices\": [{\"dim\": 1, \"length\": 5, \"shard\": 1, \"offset\": 0},\n"
+                   "    {\"length\": 0, \"offset\": 5, \"dim\": 1, \"shard\": 0}]",
+                   "\"split\": 2", TZR_EFORMAT, "tensor 'b'", "split dim 2 but 2 dims");
 }
 
 static void malformed_same_errors(void) {
@@ -410,7 +458,7 @@ static void malformed_same_errors(void) {
     expect_refused("trailing comma", "\"name\": \"b\"}", "\"name\": \"b\"},", TZR_EFORMAT, "line ", NULL);
     expect_refused("text after the document", "\n ]\n}\n", "\n ]\n} x\n", TZR_EFORMAT, "line ", NULL);
     expect_refused("raw control byte in a name", "\"name\": \"b\"", "\"name\": \"b\x01\"", TZR_EFORMAT, "line ", NULL);
-    expect_refused("version", "\"version\": 1", "\"version\": 2", TZR_EVERSION, "version 2", NULL);
+    expect_refused("version", "\"version\": 1", "\"version\": 3", TZR_EVERSION, "version 3", "1 to 2");
 }
 
 /* The table's name index (built by the first find, kept by later adds):
@@ -453,9 +501,17 @@ static void many_names_merge(void) {
         snprintf(nm, sizeof nm, "t.%zu", i);
         const shard_entry *e = &tb.t[i];
         CHECKF(e->pub.name_len == strlen(nm) && memcmp(e->name, nm, strlen(nm)) == 0, "entry %zu is '%s'", i, e->name);
-        check_slices(e, (want_slice[]){{0, 0, 1, ANY_HSHA}, {1, 1, 1, ANY_HSHA}}, 2);
+        /* version 2: the header digests are in the hashes file */
+        check_slices(e, (want_slice[]){{0, 0, 1, NULL}, {1, 1, 1, NULL}}, 2);
         if (check_case_failed) break;
     }
+    CHECK(tb.hashes_file && strcmp(tb.hashes_file, "many.tzr-hashes") == 0);
+    CHECK(tb.hashes && tb.hashes[0].present && tb.hashes[0].offset == 0 && tb.hashes[0].count == N &&
+          tb.hashes[1].present && tb.hashes[1].offset == 32 * N && tb.hashes[1].count == N);
+    char hp[1100];
+    struct stat st;
+    snprintf(hp, sizeof hp, "%s.tzr-hashes", prefix);
+    CHECK(stat(hp, &st) == 0 && st.st_size == 64 * N);
     size_t idx = 0;
     CHECK_OK(shard_table_find(&tb, "t.699", 5, &idx));
     CHECK(idx == 699);
@@ -660,6 +716,7 @@ int main(void) {
     RUN(slice_order);
     RUN(entry_text_as_jansson);
     RUN(large_manifests);
+    RUN(split_form);
     RUN(many_names_merge);
     RUN(shard_order_differs);
     RUN(long_lists_in_halves);

@@ -102,10 +102,10 @@ mkdir "$T/wide"
 $TZ -q "$T/m.safetensors" --shards 2 --names vllm -o "$T/wide/w-%0100d.tensors"; rc=$?
 z99=$(printf '%099d' 0)
 check vllm_wide_field_two_files sh -c "test $rc = 0 && test -f '$T/wide/w-${z99}0.tensors' &&
-    test -f '$T/wide/w-${z99}1.tensors' && test \$(ls '$T/wide' | wc -l) = 3"
+    test -f '$T/wide/w-${z99}1.tensors' && test \$(ls '$T/wide' | wc -l) = 4"
 $DT --list "$T/wide/w-%0100d.tensors" > "$T/lw.out" 2>&1
 check vllm_wide_field_opens grep -q '2 shards' "$T/lw.out"
 $TZ -q "$T/m.safetensors" --shards 2 --names vllm -o "$T/wide/v-%0300d.tensors" 2> "$T/ew"; rc=$?
 check vllm_too_wide_field_usage sh -c "test $rc = 2 && grep -q \"rank field '%0300d' is wider than 255 digits\" '$T/ew' &&
-    test \$(ls '$T/wide' | wc -l) = 3"
+    test \$(ls '$T/wide' | wc -l) = 4"
 exit 0

@@ -248,10 +248,13 @@ static int shard_name(char *buf, size_t cap, const char *prefix, const char *pat
     return pattern ? tzr_shard_rank_path(buf, cap, pattern, k) : tzr_shard_file_name(buf, cap, prefix, k, n, ".tensors");
 }
 
-/* Without --force, an existing manifest or shard file of the set is refused. */
+/* Without --force, an existing manifest, hashes file or shard file of the set
+ * is refused. */
 static int refuse_existing_shards(const char *prefix, const char *pattern, int n, int force) {
     char name[4200];
     snprintf(name, sizeof name, "%s%s", prefix, TZR_SHARD_MANIFEST_SUFFIX);
+    if (cli_output_check(name, force)) return -1;
+    snprintf(name, sizeof name, "%s%s", prefix, TZR_SHARD_HASHES_SUFFIX);
     if (cli_output_check(name, force)) return -1;
     for (int k = 0; k < n; k++)
         if (!shard_name(name, sizeof name, prefix, pattern, k, n) && cli_output_check(name, force)) return -1;

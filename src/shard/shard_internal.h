@@ -12,7 +12,8 @@
 #include <stdatomic.h>
 
 #define SHARD_FORMAT "tzr-shards"
-#define SHARD_VERSION 1
+#define SHARD_VERSION 2 /* written; 1 and 2 are read */
+#define SHARD_HASHES_SUFFIX TZR_SHARD_HASHES_SUFFIX
 /* The largest manifest read (formats/shards.md): a 100k-tensor checkpoint
  * cut 32 ways writes ~400 MB of JSON; the bound keeps a stray file from
  * being read whole into memory. */
@@ -43,6 +44,14 @@ typedef struct shard_table {
     shard_entry *t;
     size_t n, cap;
     tzr_arena arena;         /* the entries' fields */
+    /* Version 2: each shard's header digests in one section of the hashes
+     * file (NULL: none), read when the shard opens (formats/shards.md). */
+    char *hashes_file;
+    struct shard_hashes {
+        uint64_t offset, count; /* count digests of 32 bytes at offset */
+        uint8_t sha256[32];     /* of the section */
+        int present;
+    } *hashes;
     size_t *slots, nslots;   /* name -> entry index + 1 (0: empty), linear
                                 probing, built by the first find: a linear
                                 find made merging and writing 100k tensors
@@ -55,6 +64,11 @@ TZR_HIDDEN void shard_table_free(shard_table *tb);
 TZR_HIDDEN shard_entry *shard_table_add(shard_table *tb, const char *name, size_t name_len, const char *dtype,
                                         size_t dtype_len, uint32_t ndim, const uint64_t *shape, int dim);
 TZR_HIDDEN int shard_entry_add_slice(shard_table *tb, shard_entry *e, int shard, uint64_t offset, uint64_t length);
+/* Version 2's "split": D: dim D cut over all tb->nshards shards as
+ * tzr_shard_chunk cuts it, part p in shard p. shard_entry_is_split says
+ * whether e's slices are exactly that. */
+TZR_HIDDEN int shard_entry_split(shard_table *tb, shard_entry *e);
+TZR_HIDDEN int shard_entry_is_split(const shard_entry *e, int nshards);
 /* 0 and *idx, TZR_ENOTFOUND, or TZR_ENOMEM (the first call builds the
  * name index, which later adds keep up to date). */
 TZR_HIDDEN int shard_table_find(shard_table *tb, const char *name, size_t name_len, size_t *idx);
@@ -64,13 +78,21 @@ TZR_HIDDEN int shard_table_reserve(shard_table *tb, size_t n);
 TZR_HIDDEN void shard_table_drop_last(shard_table *tb);
 /* Every slice list tiles its tensor exactly; dtypes parse; shards in range. */
 TZR_HIDDEN int shard_table_validate(shard_table *tb, const char *what);
-/* A manifest entry as JSON text (shard_entry_text, appended to b, as
- * JSON_COMPACT | JSON_ENSURE_ASCII writes shard_entry_json's tree).
- * dtype_text and *dtype_of (zeroed at first) carry the previous entry's
- * dtype text. 0; -1 out of memory; 1 the name or dtype has no JSON form. */
+/* How shard_entry_text writes an entry: as version 1 wrote it (form NULL
+ * or zeroed: what JSON_COMPACT | JSON_ENSURE_ASCII makes of
+ * shard_entry_json's tree), or with "split": D for slices cut evenly
+ * over split_over shards and without the header digests of shards whose
+ * digests_elsewhere[shard] is set (they are in the hashes file). */
+typedef struct shard_text_form {
+    int split_over;
+    const unsigned char *digests_elsewhere;
+} shard_text_form;
+/* A manifest entry as JSON text appended to b. dtype_text and *dtype_of
+ * (zeroed at first) carry the previous entry's dtype text. 0; -1 out of
+ * memory; 1 the name or dtype has no JSON form. */
 struct tzr_text;
-TZR_HIDDEN int shard_entry_text(struct tzr_text *b, const shard_entry *e, struct tzr_text *dtype_text,
-                                const shard_entry **dtype_of);
+TZR_HIDDEN int shard_entry_text(struct tzr_text *b, const shard_entry *e, const shard_text_form *form,
+                                struct tzr_text *dtype_text, const shard_entry **dtype_of);
 TZR_HIDDEN struct json_t *shard_entry_json(const shard_entry *e);
 /* Local shape of slice sl of e into out (ndim entries). */
 TZR_HIDDEN void shard_local_shape(const shard_entry *e, const shard_slice *sl, uint64_t *out);

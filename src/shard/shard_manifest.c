@@ -1,5 +1,6 @@
 /* The manifest and sidecar JSON (formats/shards.md): writing and parsing a
  * shard table, and merging the per-shard sidecars into the manifest. */
+#include "hash.h"
 #include "shard_internal.h"
 #include "mem.h"
 #include "scheme.h"
@@ -102,7 +103,10 @@ static int text_string(tzr_text *b, const char *s, size_t len) {
  * *dtype_text caches the previous entry's dtype text (runs of one dtype
  * are the rule; an opaque dtype has an escape). Returns 0, -1 out of
  * memory, or 1 when the name or dtype cannot be written as JSON. */
-int shard_entry_text(tzr_text *b, const shard_entry *e, tzr_text *dtype_text, const shard_entry **dtype_of) {
+int shard_entry_text(tzr_text *b, const shard_entry *e, const shard_text_form *form, tzr_text *dtype_text,
+                     const shard_entry **dtype_of) {
+    static const shard_text_form v1 = {0, NULL};
+    if (!form) form = &v1;
     int rc = tzr_text_put(b, "{\"name\":", 8);
     if (!rc && e->pub.name_len && e->name[0] == 0x1E) {
         rc = text_json(b, name_json(e->name, e->pub.name_len));
@@ -123,8 +127,10 @@ int shard_entry_text(tzr_text *b, const shard_entry *e, tzr_text *dtype_text, co
     for (uint32_t d = 0; d < e->pub.ndim; d++)
         if ((d && tzr_text_put(b, ",", 1)) || text_u64(b, e->shape[d])) return -1;
     int rep = e->pub.dim == TZR_SHARD_REPLICATED;
-    if (text_puts(b, rep ? "],\"replicated\":[" : "],\"slices\":[")) return -1;
-    for (size_t k = 0; k < e->nslices; k++) {
+    int split = form->split_over > 0 && shard_entry_is_split(e, form->split_over);
+    if (split && (text_puts(b, "],\"split\":") || text_u64(b, (uint64_t)e->pub.dim))) return -1;
+    if (!split && text_puts(b, rep ? "],\"replicated\":[" : "],\"slices\":[")) return -1;
+    for (size_t k = 0; !split && k < e->nslices; k++) {
         const shard_slice *s = &e->slices[k];
         if (k && tzr_text_put(b, ",", 1)) return -1;
         if (rep) {
@@ -136,22 +142,25 @@ int shard_entry_text(tzr_text *b, const shard_entry *e, tzr_text *dtype_text, co
             tzr_text_put(b, ",\"length\":", 10) || text_u64(b, s->length) || tzr_text_put(b, "}", 1))
             return -1;
     }
-    if (tzr_text_put(b, "]", 1)) return -1;
+    if (!split && tzr_text_put(b, "]", 1)) return -1;
     char hex[65];
     if (e->pub.has_sha256) {
         sodium_bin2hex(hex, sizeof hex, e->pub.sha256, 32);
         if (tzr_text_put(b, ",\"sha256\":\"", 11) || tzr_text_put(b, hex, 64) || tzr_text_put(b, "\"", 1)) return -1;
     }
-    /* jansson keeps the last of a repeated key, in the first one's place */
-    int any = 0;
+    /* jansson keeps the last of a repeated key, in the first one's place
+     * (shards listed in increasing order, the rule, repeat none) */
+    int any = 0, increasing = 1;
+    for (size_t k = 1; k < e->nslices && increasing; k++) increasing = e->slices[k].shard > e->slices[k - 1].shard;
     for (size_t k = 0; k < e->nslices; k++) {
         const shard_slice *s = &e->slices[k];
-        if (!s->has_header_sha) continue;
+        if (!s->has_header_sha || (form->digests_elsewhere && form->digests_elsewhere[s->shard])) continue;
         size_t last = k;
-        for (size_t q = k + 1; q < e->nslices; q++)
-            if (e->slices[q].shard == s->shard && e->slices[q].has_header_sha) last = q;
         int seen = 0;
-        for (size_t q = 0; q < k && !seen; q++) seen = e->slices[q].shard == s->shard && e->slices[q].has_header_sha;
+        for (size_t q = k + 1; q < e->nslices && !increasing; q++)
+            if (e->slices[q].shard == s->shard && e->slices[q].has_header_sha) last = q;
+        for (size_t q = 0; q < k && !seen && !increasing; q++)
+            seen = e->slices[q].shard == s->shard && e->slices[q].has_header_sha;
         if (seen) continue;
         sodium_bin2hex(hex, sizeof hex, e->slices[last].header_sha, 32);
         if (text_puts(b, any ? ",\"" : ",\"header_sha256\":{\"") || text_u64(b, (uint64_t)s->shard) ||
@@ -168,6 +177,13 @@ int shard_entry_text(tzr_text *b, const shard_entry *e, tzr_text *dtype_text, co
  * finds its whole entry. Entries are written as they are made, never
  * held as one tree. */
 int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path, unsigned flags) {
+    /* A manifest (not a sidecar) in version 2's form: "split" entries, and
+     * header digests where the hashes file holds them. */
+    unsigned char *elsewhere = NULL;
+    if (sidecar_shard < 0 && tb->hashes && !(elsewhere = calloc((size_t)tb->nshards, 1)))
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    for (int k = 0; elsewhere && k < tb->nshards; k++) elsewhere[k] = (unsigned char)tb->hashes[k].present;
+    shard_text_form form = {sidecar_shard < 0 ? tb->nshards : 0, elsewhere};
     json_t *root = json_object(), *shards = json_array();
     tzr_text text = {0}, dtype_text = {0};
     tzr_output *o = NULL;
@@ -178,10 +194,18 @@ int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path,
     json_object_set_new(root, "version", json_integer(SHARD_VERSION));
     json_object_set_new(root, "shard_count", json_integer(tb->nshards));
     if (sidecar_shard >= 0) json_object_set_new(root, "shard", json_integer(sidecar_shard));
+    if (elsewhere) json_object_set_new(root, "header_hashes", json_string(tb->hashes_file));
     for (int k = 0; k < tb->nshards; k++) {
         if (!tb->files[k]) continue;
-        json_array_append_new(shards, json_pack("{s:i,s:s,s:I}", "index", k, "file", tb->files[k], "size",
-                                                (json_int_t)tb->sizes[k]));
+        json_t *sh = json_pack("{s:i,s:s,s:I}", "index", k, "file", tb->files[k], "size", (json_int_t)tb->sizes[k]);
+        if (sh && elsewhere && elsewhere[k]) {
+            char hex[65];
+            sodium_bin2hex(hex, sizeof hex, tb->hashes[k].sha256, 32);
+            json_object_set_new(sh, "header_hashes",
+                                json_pack("{s:I,s:I,s:s}", "offset", (json_int_t)tb->hashes[k].offset, "count",
+                                          (json_int_t)tb->hashes[k].count, "sha256", hex));
+        }
+        json_array_append_new(shards, sh);
     }
     json_object_set_new(root, "shards", shards);
     shards = NULL;
@@ -200,7 +224,7 @@ int shard_json_write(const shard_table *tb, int sidecar_shard, const char *path,
     rc = TZR_ENOMEM;
     const shard_entry *dtype_of = NULL;
     for (size_t i = 0; i < tb->n; i++) {
-        int bad = text_puts(&text, i ? ",\n  " : "\n  ") ? -1 : shard_entry_text(&text, &tb->t[i], &dtype_text, &dtype_of);
+        int bad = text_puts(&text, i ? ",\n  " : "\n  ") ? -1 : shard_entry_text(&text, &tb->t[i], &form, &dtype_text, &dtype_of);
         if (bad > 0) {
             char nb[TZR_NAMEBUF];
             rc = tzr_fail(TZR_EFORMAT, "tensor '%s': name or dtype cannot be written as JSON",
@@ -222,6 +246,7 @@ out:
     if (o) o->destroy(o); /* unfinished: its temporary file is removed */
     free(text.p);
     free(dtype_text.p);
+    free(elsewhere);
     json_decref(root), json_decref(shards);
     return rc;
 }
@@ -272,13 +297,14 @@ static int parse_sha(json_t *v, uint8_t out[32]) {
 static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *path) {
     json_t *jn = json_object_get(o, "name"), *jd = json_object_get(o, "dtype"), *js = json_object_get(o, "shape");
     json_t *jsl = json_object_get(o, "slices"), *jr = json_object_get(o, "replicated");
+    json_t *jsp = json_object_get(o, "split");
     json_t *jh = json_object_get(o, "sha256");
     char *name = NULL;
     size_t name_len;
     if (!jn || name_from_json(jn, &name, &name_len) || !json_is_string(jd) || !json_is_array(js) ||
-        json_array_size(js) > TZR_MAX_DIMS || (!json_is_array(jsl) == !json_is_array(jr))) {
+        json_array_size(js) > TZR_MAX_DIMS || json_is_array(jsl) + json_is_array(jr) + json_is_integer(jsp) != 1) {
         free(name);
-        return tzr_fail(TZR_EFORMAT, "%s: tensors[%zu]: want name, dtype, shape and one of slices/replicated",
+        return tzr_fail(TZR_EFORMAT, "%s: tensors[%zu]: want name, dtype, shape and one of slices/replicated/split",
                         path, i);
     }
     uint64_t shape[TZR_MAX_DIMS];
@@ -295,6 +321,8 @@ static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *pat
         return tzr_fail(TZR_EFORMAT, "%s: tensors[%zu]: slices need a dim", path, i);
     }
     if (first) dim = (int)json_integer_value(json_object_get(first, "dim"));
+    if (jsp) dim = json_integer_value(jsp) < 0 || json_integer_value(jsp) >= TZR_MAX_DIMS ? TZR_MAX_DIMS
+                                                                                        : (int)json_integer_value(jsp);
     shard_entry *e = shard_table_add(tb, name, name_len, json_string_value(jd), json_string_length(jd), ndim, shape,
                                      dim);
     char nb[TZR_NAMEBUF];
@@ -303,8 +331,9 @@ static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *pat
     if (!e) return TZR_ENOMEM;
     if (dim != TZR_SHARD_REPLICATED && (dim < 0 || (uint32_t)dim >= ndim))
         return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': split dim %d but %u dims", path, nm, dim, ndim);
+    if (jsp && shard_entry_split(tb, e)) return TZR_ENOMEM;
     json_t *arr = jsl ? jsl : jr;
-    for (size_t k = 0; k < json_array_size(arr); k++) {
+    for (size_t k = 0; arr && k < json_array_size(arr); k++) {
         json_t *s = json_array_get(arr, k);
         uint64_t shard, off = 0, len = 0;
         int bad;
@@ -414,8 +443,8 @@ int shard_json_read(const char *path, const tzr_http_options *http, shard_table 
         rc = tzr_fail(TZR_EFORMAT, "%s: not a tzr shard manifest (want format, shard_count, shards, tensors)", path);
         goto out;
     }
-    if (!json_is_integer(jv) || json_integer_value(jv) != SHARD_VERSION) {
-        rc = tzr_fail(TZR_EVERSION, "%s: manifest version %lld is not supported (want %d)", path,
+    if (!json_is_integer(jv) || json_integer_value(jv) < 1 || json_integer_value(jv) > SHARD_VERSION) {
+        rc = tzr_fail(TZR_EVERSION, "%s: manifest version %lld is not supported (want 1 to %d)", path,
                       (long long)json_integer_value(jv), SHARD_VERSION);
         goto out;
     }
@@ -440,14 +469,36 @@ int shard_json_read(const char *path, const tzr_http_options *http, shard_table 
         }
         *sidecar_shard = (int)json_integer_value(js);
     }
+    /* Version 2: the file of header digests, a section per shard. */
+    json_t *jhf = json_object_get(root, "header_hashes");
+    const char *hfile = json_string_value(jhf);
+    if (jhf && (!hfile || !*hfile || strchr(hfile, '/'))) {
+        rc = tzr_fail(TZR_EFORMAT, "%s: header_hashes must be a plain file name", path);
+        goto out;
+    }
+    if (hfile && (!(tb->hashes_file = strdup(hfile)) || !(tb->hashes = calloc((size_t)n, sizeof *tb->hashes)))) {
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        goto out;
+    }
     for (size_t k = 0; k < json_array_size(jsh); k++) {
-        json_t *s = json_array_get(jsh, k);
+        json_t *s = json_array_get(jsh, k), *jhs = json_object_get(s, "header_hashes");
         uint64_t idx, size;
         const char *file = json_string_value(json_object_get(s, "file"));
         if (parse_u64(json_object_get(s, "index"), &idx) || idx >= (uint64_t)n ||
             parse_u64(json_object_get(s, "size"), &size) || !file || strchr(file, '/') || tb->files[idx]) {
             rc = tzr_fail(TZR_EFORMAT, "%s: shards[%zu]: want a unique index, a plain file name and a size", path, k);
             goto out;
+        }
+        if (jhs) {
+            struct shard_hashes *h = tb->hashes ? &tb->hashes[idx] : NULL;
+            if (!h || parse_u64(json_object_get(jhs, "offset"), &h->offset) ||
+                parse_u64(json_object_get(jhs, "count"), &h->count) || h->count > (UINT64_MAX - h->offset) / 32 ||
+                parse_sha(json_object_get(jhs, "sha256"), h->sha256)) {
+                rc = tzr_fail(TZR_EFORMAT, "%s: shards[%zu]: header_hashes wants offset, count and sha256 (and the "
+                              "manifest a header_hashes file)", path, k);
+                goto out;
+            }
+            h->present = 1;
         }
         if (!(tb->files[idx] = strdup(file))) {
             rc = tzr_fail(TZR_ENOMEM, "out of memory");
@@ -513,6 +564,79 @@ static int manifest_path(char *buf, size_t cap, const char *prefix) {
 
 int tzr_shard_manifest_build(const char *prefix, int nshards) { return shard_manifest_write(prefix, nshards, 0); }
 
+/* Version 2 keeps each slice's header digest out of the manifest (they
+ * were 60% of it: a 100k-tensor set cut 32 ways wrote 394 MB for every
+ * rank to read): PREFIX.tzr-hashes holds them, shard by shard, each shard's
+ * in the order the manifest lists its slices, and the manifest each
+ * section's place and SHA-256. A shard gets a section when every slice it
+ * holds has a digest; the rest stay in the entries. Written before the
+ * manifest, atomically as every output. */
+static int hashes_write(shard_table *m, const char *prefix, unsigned flags, char *path, size_t cap) {
+    int n = m->nshards, rc = 0;
+    uint64_t *count = calloc((size_t)n, sizeof *count), total = 0;
+    unsigned char *all = malloc((size_t)n);
+    uint8_t *buf = NULL;
+    if (!count || !all) {
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        goto out;
+    }
+    memset(all, 1, (size_t)n);
+    for (size_t i = 0; i < m->n; i++)
+        for (size_t q = 0; q < m->t[i].nslices; q++) {
+            const shard_slice *sl = &m->t[i].slices[q];
+            count[sl->shard]++;
+            all[sl->shard] &= (unsigned char)sl->has_header_sha;
+        }
+    if (!(m->hashes = calloc((size_t)n, sizeof *m->hashes))) {
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < n; k++)
+        if (all[k] && count[k]) {
+            m->hashes[k] = (struct shard_hashes){total, count[k], {0}, 1};
+            total += 32 * count[k];
+        }
+    if (!total) { /* nothing to put there: no file, digests (if any) in the entries */
+        free(m->hashes);
+        m->hashes = NULL;
+        goto out;
+    }
+    if (!(buf = tzr_alloc_big((size_t)total))) {
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        goto out;
+    }
+    uint64_t *at = count; /* reused: each section's next digest */
+    for (int k = 0; k < n; k++) at[k] = m->hashes[k].offset;
+    for (size_t i = 0; i < m->n; i++)
+        for (size_t q = 0; q < m->t[i].nslices; q++) {
+            const shard_slice *sl = &m->t[i].slices[q];
+            if (!m->hashes[sl->shard].present) continue;
+            memcpy(buf + at[sl->shard], sl->header_sha, 32);
+            at[sl->shard] += 32;
+        }
+    for (int k = 0; k < n; k++)
+        if (m->hashes[k].present) tzr_sha256(buf + m->hashes[k].offset, 32 * m->hashes[k].count, m->hashes[k].sha256);
+    const char *base = strrchr(prefix, '/');
+    if ((size_t)snprintf(path, cap, "%s%s", prefix, SHARD_HASHES_SUFFIX) >= cap ||
+        !(m->hashes_file = malloc(strlen(base ? base + 1 : prefix) + sizeof SHARD_HASHES_SUFFIX))) {
+        rc = tzr_fail(TZR_ELIMIT, "prefix '%s' is too long", prefix);
+        goto out;
+    }
+    sprintf(m->hashes_file, "%s%s", base ? base + 1 : prefix, SHARD_HASHES_SUFFIX);
+    tzr_output *o;
+    if (!(rc = tzr_output_open_file_flags(&o, path, flags))) {
+        rc = o->pwrite_at(o, buf, (size_t)total, 0);
+        if (!rc) rc = o->finish(o);
+        o->destroy(o);
+    }
+out:
+    if (rc) *path = 0; /* nothing published */
+    free(count);
+    free(all);
+    free(buf);
+    return rc;
+}
+
 int shard_manifest_write(const char *prefix, int nshards, unsigned flags) {
     char path[4096], dir[4096];
     int rc = manifest_path(path, sizeof path, prefix);
@@ -559,7 +683,13 @@ int shard_manifest_write(const char *prefix, int nshards, unsigned flags) {
         shard_table_free(&p);
     }
     if (!rc) rc = shard_table_validate(&m, path);
+    char hpath[4096] = "";
+    if (!rc) rc = hashes_write(&m, prefix, flags, hpath, sizeof hpath);
     if (!rc) rc = shard_json_write(&m, -1, path, flags);
+    /* The manifest was not published: neither is the digests file (this
+     * build put it there: with NOREPLACE nothing was there before, else
+     * its finish had failed), so a failed build leaves nothing new. */
+    if (rc && *hpath) unlink(hpath);
     for (int k = 0; k < nshards && !rc; k++) {
         char side[4096];
         if (!tzr_shard_file_name(side, sizeof side, prefix, k, nshards, TZR_SHARD_PART_SUFFIX)) unlink(side);

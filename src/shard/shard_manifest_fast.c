@@ -29,7 +29,8 @@ typedef struct fast_entry {
     const uint8_t *dtype_raw; /* the text dtype was decoded from, quotes included */
     size_t dtype_raw_len;
     uint64_t shape[TZR_MAX_DIMS];
-    int dim, replicated, has_sha;
+    int dim, replicated, split, has_sha;
+    int nshards; /* the manifest's shard_count, read before "tensors" (0: not) */
     uint8_t sha[32];
     shard_slice *sl;
     size_t sl_cap;
@@ -157,7 +158,7 @@ enum { NAME = 1, DTYPE = 2, SHAPE = 4, SLICES = 8, SHA = 16, HSHA = 32 };
 static int entry_key(const uint8_t *k, size_t kl) {
     switch (kl) {
     case 4: return memcmp(k, "name", 4) ? 0 : NAME;
-    case 5: return !memcmp(k, "dtype", 5) ? DTYPE : !memcmp(k, "shape", 5) ? SHAPE : 0;
+    case 5: return !memcmp(k, "dtype", 5) ? DTYPE : !memcmp(k, "shape", 5) ? SHAPE : !memcmp(k, "split", 5) ? SLICES : 0;
     case 6: return !memcmp(k, "slices", 6) ? SLICES : !memcmp(k, "sha256", 6) ? SHA : 0;
     case 10: return memcmp(k, "replicated", 10) ? 0 : SLICES;
     case 13: return memcmp(k, "header_sha256", 13) ? 0 : HSHA;
@@ -170,7 +171,7 @@ static int entry_key(const uint8_t *k, size_t kl) {
 static size_t fast_entry_parse(const uint8_t *p, size_t n, size_t i, fast_entry *f) {
     int seen = 0;
     f->nsl = f->nhs = 0;
-    f->has_sha = 0;
+    f->has_sha = f->split = 0;
     f->dim = TZR_SHARD_REPLICATED;
     if (i >= n || p[i] != '{') return 0;
     i = tzr_js_skip_ws(p, n, i + 1);
@@ -203,7 +204,14 @@ static size_t fast_entry_parse(const uint8_t *p, size_t n, size_t i, fast_entry 
         case SHAPE: i = tzr_js_uints(p, n, i, f->shape, TZR_MAX_DIMS, &f->ndim); break;
         case SLICES:
             f->replicated = k[0] == 'r';
-            i = fast_slices(p, n, i, f);
+            if (k[1] == 'p') { /* "split": D over every shard (version 2) */
+                uint64_t d = 0;
+                f->split = 1;
+                i = tzr_js_uint(p, n, i, &d);
+                f->dim = d < TZR_MAX_DIMS ? (int)d : -1;
+            } else {
+                i = fast_slices(p, n, i, f);
+            }
             break;
         case SHA:
             i = tzr_js_sha256(p, n, i, f->sha);
@@ -225,6 +233,7 @@ static size_t fast_entry_parse(const uint8_t *p, size_t n, size_t i, fast_entry 
         i = tzr_js_skip_ws(p, n, i + 1);
     }
     if ((seen & (NAME | DTYPE | SHAPE | SLICES)) != (NAME | DTYPE | SHAPE | SLICES)) return 0;
+    if (f->split && f->nshards < 1) return 0;
     if (!f->replicated && (f->dim < 0 || (size_t)f->dim >= f->ndim)) return 0;
     return i + 1;
 }
@@ -233,17 +242,23 @@ static int add_entry(shard_table *tb, fast_entry *f) {
     shard_entry *e = shard_table_add(tb, f->name, f->name_len, f->dtype, f->dtype_len, (uint32_t)f->ndim, f->shape,
                                      f->replicated ? TZR_SHARD_REPLICATED : f->dim);
     if (!e) return TZR_ENOMEM;
-    shard_slice *sl = tzr_arena_alloc(&tb->arena, f->nsl * sizeof *sl);
-    if (!sl) return tzr_fail(TZR_ENOMEM, "out of memory");
-    memcpy(sl, f->sl, f->nsl * sizeof *sl);
-    e->slices = sl;
-    e->nslices = e->slice_cap = f->nsl;
+    shard_slice *sl;
+    if (f->split) {
+        if (shard_entry_split(tb, e)) return tzr_fail(TZR_ENOMEM, "out of memory");
+        sl = e->slices;
+    } else {
+        sl = tzr_arena_alloc(&tb->arena, f->nsl * sizeof *sl);
+        if (!sl) return tzr_fail(TZR_ENOMEM, "out of memory");
+        memcpy(sl, f->sl, f->nsl * sizeof *sl);
+        e->slices = sl;
+        e->nslices = e->slice_cap = f->nsl;
+    }
     if (f->has_sha) {
         memcpy(e->pub.sha256, f->sha, 32);
         e->pub.has_sha256 = 1;
     }
     for (size_t q = 0; q < f->nhs; q++)
-        for (size_t k = 0; k < f->nsl; k++)
+        for (size_t k = 0; k < e->nslices; k++)
             if ((uint64_t)sl[k].shard == f->hs[q].shard) {
                 memcpy(sl[k].header_sha, f->hs[q].sha, 32);
                 sl[k].has_header_sha = 1;
@@ -301,6 +316,7 @@ static void *half_worker(void *arg) {
     fast_entry *f = calloc(1, sizeof *f);
     int rc = 0, met = 0;
     if (!f || shard_table_reserve(&h->tb, (n - i) / 50 + 1)) goto out;
+    f->nshards = h->tb.nshards;
     /* At most a few tries: the first "}," and '{' after the middle is
      * an entry's start unless the text is unusual. */
     for (int tries = 0; tries < 64 && i < n; tries++) {
@@ -339,6 +355,7 @@ static size_t fast_tensors(const uint8_t *p, size_t n, size_t i, shard_table *tb
     if ((*rc = shard_table_reserve(tb, (n - i) / 50 + 1))) return (size_t)-1;
     fast_entry *f = calloc(1, sizeof *f);
     if (!f) return *rc = tzr_fail(TZR_ENOMEM, "out of memory"), (size_t)-1;
+    f->nshards = tb->nshards;
     i = tzr_js_skip_ws(p, n, i + 1);
     if (i < n && p[i] == ']') {
         i++;
@@ -352,6 +369,7 @@ static size_t fast_tensors(const uint8_t *p, size_t n, size_t i, shard_table *tb
     if (n - i >= min && (min == 0 || sysconf(_SC_NPROCESSORS_ONLN) > 1) && (h = calloc(1, sizeof *h))) {
         h->p = p;
         h->n = n;
+        h->tb.nshards = tb->nshards;
         h->from = i + (n - i) / 2;
         if (tzr_thread_start(&th, half_worker, h)) free(h), h = NULL;
     }
@@ -402,6 +420,11 @@ int shard_manifest_scan(const char *text, size_t len, shard_table *tb, json_t **
         key[kl] = 0;
         if (json_object_get(root, key)) goto retry; /* a duplicate: jansson keeps the last */
         if (strcmp(key, "tensors") == 0) {
+            /* "split" entries cut over every shard: the count, if given
+             * before (libtzr writes it first; else jansson reads it all) */
+            json_t *jn = json_object_get(root, "shard_count");
+            json_int_t ns = json_is_integer(jn) ? json_integer_value(jn) : 0;
+            tb->nshards = ns >= 1 && ns <= TZR_SHARD_MAX ? (int)ns : 0;
             size_t e = fast_tensors(p, n, i, tb, &rc);
             if (e == (size_t)-1) goto fail;
             if (!e) goto retry;

@@ -3,6 +3,7 @@
  * it, with the same dtype and the expected local shape. A plain .tensors
  * file opens as a one-shard set holding everything replicated. */
 #include "thread.h"
+#include "hash.h"
 #include "http_internal.h"
 #include "shard_internal.h"
 #include "scheme.h"
@@ -92,12 +93,72 @@ static int shard_source(tzr_shard_set *s, int k, const char *what, char *path, s
     return 0;
 }
 
+static int check_slices(tzr_shard_set *s, int k, const char *what, const char *path, tzr_source *src,
+                        const uint8_t *digests, uint64_t ndigests, uint64_t *used);
+
+/* Shard k's section of the header digests file (version 2), checked
+ * against the manifest's SHA-256 of it: *out (count digests, free()), or
+ * NULL when the manifest gives none for k. */
+static int shard_hashes(tzr_shard_set *s, int k, const char *what, uint8_t **out) {
+    *out = NULL;
+    const struct shard_hashes *h = s->tb.hashes ? &s->tb.hashes[k] : NULL;
+    if (!h || !h->present) return 0;
+    char path[8300];
+    int rc = shard_location(s->path, s->tb.hashes_file, path, sizeof path);
+    if (rc) return rc;
+    tzr_source *src = NULL;
+    rc = tzr_source_open_path(&src, path, 0, s->http);
+    if (rc == TZR_ENOTFOUND)
+        return tzr_fail(tzr_is_url(path) ? TZR_ENOTFOUND : TZR_EIO, "%s: %s: header digests file '%s' is missing",
+                        s->path, what, path);
+    if (rc) return tzr_fail_prefix(rc, "%s: ", what);
+    uint64_t len = h->count * 32;
+    uint8_t *buf = NULL, sha[32];
+    if (h->offset > src->size || len > src->size - h->offset)
+        rc = tzr_fail(TZR_EFORMAT, "%s: %s: '%s' has %llu bytes, too few for its section at %llu (%llu digests)",
+                      s->path, what, path, (unsigned long long)src->size, (unsigned long long)h->offset,
+                      (unsigned long long)h->count);
+    else if (len > SIZE_MAX || !(buf = malloc(len ? (size_t)len : 1)))
+        rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    else if (!(rc = src->read_at(src, buf, (size_t)len, h->offset))) {
+        tzr_sha256(buf, (size_t)len, sha);
+        if (memcmp(sha, h->sha256, 32) != 0)
+            rc = tzr_fail(TZR_EHASH, "%s: %s: header digests at byte %llu of '%s' differ from the manifest's sha256",
+                          s->path, what, (unsigned long long)h->offset, path);
+    }
+    tzr_source_free(src);
+    if (rc) free(buf);
+    else *out = buf;
+    return rc;
+}
+
 static int check_shard(tzr_shard_set *s, int k) {
     char path[8300], what[64];
     snprintf(what, sizeof what, "shard %d of %d", k, s->tb.nshards);
     tzr_source *src;
-    int rc = shard_source(s, k, what, path, sizeof path, &src);
+    uint8_t *digests = NULL;
+    uint64_t ndigests = s->tb.hashes ? s->tb.hashes[k].count : 0, used = 0;
+    int rc = shard_hashes(s, k, what, &digests);
     if (rc) return rc;
+    rc = shard_source(s, k, what, path, sizeof path, &src);
+    if (rc) {
+        free(digests);
+        return rc;
+    }
+    rc = check_slices(s, k, what, path, src, digests, ndigests, &used);
+    if (!rc && digests && used != ndigests)
+        rc = tzr_fail(TZR_EFORMAT, "%s: %s: %llu header digests for %llu slices", s->path, what,
+                      (unsigned long long)ndigests, (unsigned long long)used);
+    free(digests);
+    return rc;
+}
+
+/* Shard k's reader opened from src, and each slice the manifest gives k
+ * found in it (sl->local) with the dtype and local shape; digests (in
+ * the order the manifest lists k's slices) become their header digests. */
+static int check_slices(tzr_shard_set *s, int k, const char *what, const char *path, tzr_source *src,
+                        const uint8_t *digests, uint64_t ndigests, uint64_t *used) {
+    int rc;
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.verify = s->verify;
     ro.crypt = s->crypt;
@@ -111,6 +172,11 @@ static int check_shard(tzr_shard_set *s, int k) {
         for (size_t q = 0; q < e->nslices; q++) {
             shard_slice *sl = &e->slices[q];
             if (sl->shard != k) continue;
+            if (digests && *used < ndigests) {
+                memcpy(sl->header_sha, digests + 32 * *used, 32);
+                sl->has_header_sha = 1;
+            }
+            ++*used;
             /* Shards hold their tensors in the manifest's order as the
              * writers leave them: the one after the last found first
              * (names are unique in a reader), then the name index (the

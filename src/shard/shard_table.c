@@ -13,6 +13,8 @@ void shard_table_free(shard_table *tb) {
         for (int k = 0; k < tb->nshards; k++) free(tb->files[k]);
     free(tb->files);
     free(tb->sizes);
+    free(tb->hashes_file);
+    free(tb->hashes);
     memset(tb, 0, sizeof *tb);
 }
 
@@ -144,6 +146,30 @@ int shard_entry_add_slice(shard_table *tb, shard_entry *e, int shard, uint64_t o
     }
     e->slices[e->nslices++] = (shard_slice){shard, offset, length, 0, 0, {0}};
     return 0;
+}
+
+int shard_entry_split(shard_table *tb, shard_entry *e) {
+    int d = e->pub.dim, n = tb->nshards;
+    shard_slice *sl = n > 0 && !e->nslices ? tzr_arena_alloc(&tb->arena, (size_t)n * sizeof *sl) : NULL;
+    if (!sl) return TZR_ENOMEM;
+    for (int p = 0; p < n; p++) {
+        sl[p] = (shard_slice){p, 0, 0, 0, 0, {0}};
+        tzr_shard_chunk(e->shape[d], n, p, &sl[p].offset, &sl[p].length);
+    }
+    e->slices = sl;
+    e->nslices = e->slice_cap = (size_t)n;
+    return 0;
+}
+
+int shard_entry_is_split(const shard_entry *e, int nshards) {
+    if (e->pub.dim < 0 || nshards < 1 || e->nslices != (size_t)nshards) return 0;
+    for (int p = 0; p < nshards; p++) {
+        uint64_t off, len;
+        tzr_shard_chunk(e->shape[e->pub.dim], nshards, p, &off, &len);
+        const shard_slice *sl = &e->slices[p];
+        if (sl->shard != p || sl->offset != off || sl->length != len) return 0;
+    }
+    return 1;
 }
 
 int shard_table_find(shard_table *tb, const char *name, size_t name_len, size_t *idx) {

@@ -100,6 +100,7 @@ def make_files():
                     p("vllm", "model-rank-%03d.tensors"), "--split-dim", "*.q_proj.*=0,*.o_proj.weight=1,*=replicate"],
                    check=True, timeout=60)
     os.unlink(p("vllm", "model-rank.tzr-index.json"))
+    os.unlink(p("vllm", "model-rank.tzr-hashes"))
     assert sorted(os.listdir(p("vllm"))) == ["model-rank-000.tensors", "model-rank-001.tensors"]
     # The set is really cut (else it would test only a replicated copy).
     part = tzr.load_rank(p("vllm", "model-rank-000.tensors"), 0, 1)

@@ -93,6 +93,8 @@ static void remove_outputs(const char *out) {
         if (!tzr_shard_file_name(name, sizeof name, out, k, 2, ".tensors")) unlink(name);
     snprintf(name, sizeof name, "%s%s", out, TZR_SHARD_MANIFEST_SUFFIX);
     unlink(name);
+    snprintf(name, sizeof name, "%s%s", out, TZR_SHARD_HASHES_SUFFIX);
+    unlink(name);
 }
 
 typedef struct write_case {
