@@ -35,6 +35,7 @@ typedef struct shard_entry {
     shard_slice *slices;     /* replicated: one per holder */
     size_t nslices, slice_cap;
     int in_order;            /* slices listed by offset (shard_table_validate) */
+    int by_shard;            /* each slice's shard above the one before (same) */
 } shard_entry;
 
 typedef struct shard_table {

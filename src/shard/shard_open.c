@@ -169,7 +169,23 @@ static int check_slices(tzr_shard_set *s, int k, const char *what, const char *p
     for (size_t i = 0; i < s->tb.n; i++) {
         shard_entry *e = &s->tb.t[i];
         char nb[TZR_NAMEBUF];
-        for (size_t q = 0; q < e->nslices; q++) {
+        size_t q = 0, qend = e->nslices;
+        if (e->by_shard) {
+            /* Shards in increasing order (a split, a holder list): k's
+             * one slice, found without reading the others (a whole load
+             * of 32 shards read every slice of the set 32 times). */
+            size_t lo = 0, hi = e->nslices;
+            if ((size_t)k < hi && e->slices[k].shard == k) lo = k;
+            else
+                while (lo < hi) {
+                    size_t mid = lo + (hi - lo) / 2;
+                    if (e->slices[mid].shard < k) lo = mid + 1;
+                    else hi = mid;
+                }
+            q = lo;
+            qend = q < e->nslices && e->slices[q].shard == k ? q + 1 : q;
+        }
+        for (; q < qend; q++) {
             shard_slice *sl = &e->slices[q];
             if (sl->shard != k) continue;
             if (digests && *used < ndigests) {

@@ -216,6 +216,8 @@ int shard_table_validate(shard_table *tb, const char *what) {
         if (e->pub.nbytes == UINT64_MAX)
             return tzr_fail(TZR_ELIMIT, "%s: tensor '%s': shape overflows", what, ename(e, nb));
         if (!e->nslices) return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': no shard holds it", what, ename(e, nb));
+        e->by_shard = 1;
+        for (size_t k = 1; k < e->nslices && e->by_shard; k++) e->by_shard = e->slices[k].shard > e->slices[k - 1].shard;
         for (size_t k = 0; k < e->nslices; k++)
             if (e->slices[k].shard < 0 || e->slices[k].shard >= tb->nshards)
                 return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': shard %d out of range (%d shards)", what, ename(e, nb),
