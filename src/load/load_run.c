@@ -568,7 +568,6 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
         buf = p->slots[s].buf; /* pieces' uoff is relative to the slot */
     }
     uint64_t delivered = 0;
-    int in_place = unit_in_place(un); /* after scatter_read, which may stage the unit */
     for (size_t k = 0; k < un->count; k++) {
         if (load_stopped(p)) {
             free(gap_at);
@@ -611,10 +610,11 @@ static int run_unit(pipeline *p, size_t u, tzr_zctx **zp) {
             rc = deliver(p, pc, bytes, s);
             delivered += piece_delivers(p, pc);
             if (!rc && k + 1 == un->count) progress(p, delivered);
-            /* In place, nothing was submitted: the unit's pieces count as
-             * done at once, after the last (an atomic each cost as much as
-             * the rest of a small tensor's bookkeeping). */
-            if (!rc && (!in_place || k + 1 == un->count)) rc = unit_pieces_done(p, pc->unit, s, in_place ? un->count : 1);
+            /* This thread delivers every piece of the unit here: they count
+             * as done at once, after the last (an atomic each, on a line
+             * the other thread's units share, cost as much as the rest of
+             * a small tensor's bookkeeping). */
+            if (!rc && k + 1 == un->count) rc = unit_pieces_done(p, pc->unit, s, un->count);
         }
         if (rc) {
             free(gap_at);
