@@ -118,7 +118,7 @@ static int shard_hashes(tzr_shard_set *s, int k, const char *what, uint8_t **out
         rc = tzr_fail(TZR_EFORMAT, "%s: %s: '%s' has %llu bytes, too few for its section at %llu (%llu digests)",
                       s->path, what, path, (unsigned long long)src->size, (unsigned long long)h->offset,
                       (unsigned long long)h->count);
-    else if (len > SIZE_MAX || !(buf = malloc(len ? (size_t)len : 1)))
+    else if (len > SIZE_MAX || !(buf = tzr_alloc_big(len ? (size_t)len : 1))) /* 4 KiB pages: a fault each */
         rc = tzr_fail(TZR_ENOMEM, "out of memory");
     else if (!(rc = src->read_at(src, buf, (size_t)len, h->offset))) {
         tzr_sha256(buf, (size_t)len, sha);
