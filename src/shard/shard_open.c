@@ -70,19 +70,28 @@ static const char *ename(const shard_entry *e, char *nb) {
     return tzr_printable(e->name, e->pub.name_len, nb, TZR_NAMEBUF);
 }
 
+/* File NAME beside the manifest (kind: what it is, for the message),
+ * opened through the source layer: next to a manifest URL it is a URL. */
+static int beside_manifest(tzr_shard_set *s, const char *name, const char *kind, const char *what, char *path,
+                           size_t cap, tzr_source **out) {
+    *out = NULL;
+    int rc = shard_location(s->path, name, path, cap);
+    if (rc) return rc;
+    rc = tzr_source_open_path(out, path, 0, s->http);
+    if (rc == TZR_ENOTFOUND)
+        return tzr_fail(tzr_is_url(path) ? TZR_ENOTFOUND : TZR_EIO, "%s: %s: %s '%s' is missing", s->path, what,
+                        kind, path);
+    if (rc) return tzr_fail_prefix(rc, "%s: ", what);
+    return 0;
+}
+
 /* Shard k's file, found where the manifest says, with the size it gives. */
 static int shard_source(tzr_shard_set *s, int k, const char *what, char *path, size_t cap, tzr_source **out) {
     *out = NULL;
     if (!s->tb.files[k]) return tzr_fail(TZR_EFORMAT, "%s: %s has no file entry", s->path, what);
-    int rc = shard_location(s->path, s->tb.files[k], path, cap);
-    if (rc) return rc;
-    /* Through the source layer: a shard next to a manifest URL is a URL. */
     tzr_source *src = NULL;
-    rc = tzr_source_open_path(&src, path, 0, s->http);
-    if (rc == TZR_ENOTFOUND)
-        return tzr_fail(tzr_is_url(path) ? TZR_ENOTFOUND : TZR_EIO, "%s: %s: shard file '%s' is missing",
-                        s->path, what, path);
-    if (rc) return tzr_fail_prefix(rc, "%s: ", what);
+    int rc = beside_manifest(s, s->tb.files[k], "shard file", what, path, cap, &src);
+    if (rc) return rc;
     if (src->size != s->tb.sizes[k]) {
         unsigned long long have = (unsigned long long)src->size;
         tzr_source_free(src);
@@ -104,14 +113,9 @@ static int shard_hashes(tzr_shard_set *s, int k, const char *what, uint8_t **out
     const struct shard_hashes *h = s->tb.hashes ? &s->tb.hashes[k] : NULL;
     if (!h || !h->present) return 0;
     char path[8300];
-    int rc = shard_location(s->path, s->tb.hashes_file, path, sizeof path);
-    if (rc) return rc;
     tzr_source *src = NULL;
-    rc = tzr_source_open_path(&src, path, 0, s->http);
-    if (rc == TZR_ENOTFOUND)
-        return tzr_fail(tzr_is_url(path) ? TZR_ENOTFOUND : TZR_EIO, "%s: %s: header digests file '%s' is missing",
-                        s->path, what, path);
-    if (rc) return tzr_fail_prefix(rc, "%s: ", what);
+    int rc = beside_manifest(s, s->tb.hashes_file, "header digests file", what, path, sizeof path, &src);
+    if (rc) return rc;
     uint64_t len = h->count * 32;
     uint8_t *buf = NULL, sha[32];
     if (h->offset > src->size || len > src->size - h->offset)
