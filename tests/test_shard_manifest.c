@@ -88,7 +88,7 @@ static void check_slices(const shard_entry *e, const want_slice *w, size_t n) {
         CHECKF(s->shard == w[k].shard && s->offset == w[k].offset && s->length == w[k].length,
                "'%s' slice %zu: shard %d [%llu, +%llu)", e->name, k, s->shard, (unsigned long long)s->offset,
                (unsigned long long)s->length);
-        CHECK(s->has_header_sha == (w[k].hsha != NULL));
+        CHECK((s->header_sha != NULL) == (w[k].hsha != NULL));
         if (w[k].hsha && w[k].hsha != ANY_HSHA) CHECK(memcmp(s->header_sha, w[k].hsha, 32) == 0);
     }
 }

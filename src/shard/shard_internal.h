@@ -19,13 +19,19 @@
  * being read whole into memory. */
 #define SHARD_JSON_MAX ((uint64_t)2 << 30)
 
+/* 40 bytes: a 100k-tensor set cut 32 ways holds 3.2M of them. */
 typedef struct shard_slice {
     int shard;
-    uint64_t offset, length; /* along the tensor's split dim; 0,0 if replicated */
-    size_t local;            /* index in that shard's reader (set when it opens) */
-    int has_header_sha;      /* header_sha: the SHA-256 in that shard tensor's */
-    uint8_t header_sha[32];  /* header, so a verified load proves its identity */
+    uint64_t offset, length;    /* along the tensor's split dim; 0,0 if replicated */
+    size_t local;               /* index in that shard's reader (set when it opens) */
+    const uint8_t *header_sha;  /* 32 bytes or NULL: the SHA-256 in that shard
+                                   tensor's header, so a verified load proves its
+                                   identity. In the table's arena, or (version 2)
+                                   in the set's copy of the shard's digests. */
 } shard_slice;
+
+/* sl's header digest: a copy of sha in arena a (TZR_ENOMEM if it fails). */
+TZR_HIDDEN int shard_slice_set_sha(tzr_arena *a, shard_slice *sl, const uint8_t *sha);
 
 typedef struct shard_entry {
     tzr_shard_tensor pub;    /* name/dtype/shape point into the fields below */
@@ -52,6 +58,8 @@ typedef struct shard_table {
         uint64_t offset, count; /* count digests of 32 bytes at offset */
         uint8_t sha256[32];     /* of the section */
         int present;
+        uint8_t *digests;       /* the section, read and checked when the
+                                   shard opens; its slices point into it */
     } *hashes;
     size_t *slots, nslots;   /* name -> entry index + 1 (0: empty), linear
                                 probing, built by the first find: a linear

@@ -433,7 +433,7 @@ static int check_headers(const tzr_shard_set *s, size_t i, int rank, int dim, ui
         if (!slice_used(e, sl, dim, offset, length)) continue;
         const tzr_tensor_header *h = NULL;
         tzr_reader *r = shard_if_open(s, sl->shard); /* every shard a used slice is in was loaded */
-        if (!sl->has_header_sha || !r || tzr_reader_header(r, sl->local, &h) || !h->has_sha256) {
+        if (!sl->header_sha || !r || tzr_reader_header(r, sl->local, &h) || !h->has_sha256) {
             *proven = 0;
             continue;
         }
@@ -456,7 +456,7 @@ int tzr_shard_check_headers(tzr_shard_set *s, int k) {
         const shard_entry *e = &s->tb.t[i];
         for (size_t q = 0; q < e->nslices; q++) {
             const shard_slice *sl = &e->slices[q];
-            if (sl->shard != k || !sl->has_header_sha) continue;
+            if (sl->shard != k || !sl->header_sha) continue;
             const tzr_tensor_header *h = NULL;
             char nb[TZR_NAMEBUF];
             const char *nm = tzr_printable(e->name, e->pub.name_len, nb, sizeof nb);

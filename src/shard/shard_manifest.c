@@ -51,7 +51,7 @@ json_t *shard_entry_json(const shard_entry *e) {
     json_t *hs = json_object();
     for (size_t k = 0; hs && k < e->nslices; k++) {
         const shard_slice *s = &e->slices[k];
-        if (!s->has_header_sha) continue;
+        if (!s->header_sha) continue;
         char hex[65], key[16];
         /* (snprintf a byte was a fifth of writing a 100k-tensor set) */
         sodium_bin2hex(hex, sizeof hex, s->header_sha, 32);
@@ -154,13 +154,13 @@ int shard_entry_text(tzr_text *b, const shard_entry *e, const shard_text_form *f
     for (size_t k = 1; k < e->nslices && increasing; k++) increasing = e->slices[k].shard > e->slices[k - 1].shard;
     for (size_t k = 0; k < e->nslices; k++) {
         const shard_slice *s = &e->slices[k];
-        if (!s->has_header_sha || (form->digests_elsewhere && form->digests_elsewhere[s->shard])) continue;
+        if (!s->header_sha || (form->digests_elsewhere && form->digests_elsewhere[s->shard])) continue;
         size_t last = k;
         int seen = 0;
         for (size_t q = k + 1; q < e->nslices && !increasing; q++)
-            if (e->slices[q].shard == s->shard && e->slices[q].has_header_sha) last = q;
+            if (e->slices[q].shard == s->shard && e->slices[q].header_sha != NULL) last = q;
         for (size_t q = 0; q < k && !seen && !increasing; q++)
-            seen = e->slices[q].shard == s->shard && e->slices[q].has_header_sha;
+            seen = e->slices[q].shard == s->shard && e->slices[q].header_sha != NULL;
         if (seen) continue;
         sodium_bin2hex(hex, sizeof hex, e->slices[last].header_sha, 32);
         if (text_puts(b, any ? ",\"" : ",\"header_sha256\":{\"") || text_u64(b, (uint64_t)s->shard) ||
@@ -363,9 +363,10 @@ static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *pat
         snprintf(key, sizeof key, "%d", s->shard);
         json_t *v = json_object_get(jhs, key);
         if (!v) continue;
-        if (parse_sha(v, s->header_sha))
+        uint8_t sha[32];
+        if (parse_sha(v, sha))
             return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': bad header_sha256 of shard %d", path, nm, s->shard);
-        s->has_header_sha = 1;
+        if (shard_slice_set_sha(&tb->arena, s, sha)) return TZR_ENOMEM;
     }
     return 0;
 }
@@ -549,8 +550,8 @@ static int merge_part(shard_table *m, const shard_table *p, int k, const char *p
                                 nm, k, s->slices[q].shard);
             if (shard_entry_add_slice(m, e, k, s->slices[q].offset, s->slices[q].length)) return TZR_ENOMEM;
             shard_slice *added = &e->slices[e->nslices - 1];
-            added->has_header_sha = s->slices[q].has_header_sha;
-            memcpy(added->header_sha, s->slices[q].header_sha, 32);
+            if (s->slices[q].header_sha && shard_slice_set_sha(&m->arena, added, s->slices[q].header_sha))
+                return TZR_ENOMEM;
         }
     }
     return 0;
@@ -585,7 +586,7 @@ static int hashes_write(shard_table *m, const char *prefix, unsigned flags, char
         for (size_t q = 0; q < m->t[i].nslices; q++) {
             const shard_slice *sl = &m->t[i].slices[q];
             count[sl->shard]++;
-            all[sl->shard] &= (unsigned char)sl->has_header_sha;
+            all[sl->shard] &= (unsigned char)(sl->header_sha != NULL);
         }
     if (!(m->hashes = calloc((size_t)n, sizeof *m->hashes))) {
         rc = tzr_fail(TZR_ENOMEM, "out of memory");
@@ -593,7 +594,7 @@ static int hashes_write(shard_table *m, const char *prefix, unsigned flags, char
     }
     for (int k = 0; k < n; k++)
         if (all[k] && count[k]) {
-            m->hashes[k] = (struct shard_hashes){total, count[k], {0}, 1};
+            m->hashes[k] = (struct shard_hashes){total, count[k], {0}, 1, NULL};
             total += 32 * count[k];
         }
     if (!total) { /* nothing to put there: no file, digests (if any) in the entries */

@@ -97,7 +97,7 @@ got:
     if (i >= n || p[i] != '}' || v[0] > TZR_SHARD_MAX) return 0;
     if (f->nsl == 0) f->dim = v[1] < TZR_MAX_DIMS ? (int)v[1] : -1;
     if ((uint64_t)f->dim != v[1]) return 0;
-    f->sl[f->nsl++] = (shard_slice){(int)v[0], v[2], v[3], 0, 0, {0}};
+    f->sl[f->nsl++] = (shard_slice){(int)v[0], v[2], v[3], 0, NULL};
     return i + 1;
 }
 
@@ -109,7 +109,7 @@ static size_t fast_slices(const uint8_t *p, size_t n, size_t i, fast_entry *f) {
         if (f->replicated) {
             uint64_t s;
             if (slice_room(f) || !(i = tzr_js_uint(p, n, i, &s)) || s > TZR_SHARD_MAX) return 0;
-            f->sl[f->nsl++] = (shard_slice){(int)s, 0, 0, 0, 0, {0}};
+            f->sl[f->nsl++] = (shard_slice){(int)s, 0, 0, 0, NULL};
         } else if (!(i = fast_slice(p, n, i, f))) {
             return 0;
         }
@@ -260,8 +260,7 @@ static int add_entry(shard_table *tb, fast_entry *f) {
     for (size_t q = 0; q < f->nhs; q++)
         for (size_t k = 0; k < e->nslices; k++)
             if ((uint64_t)sl[k].shard == f->hs[q].shard) {
-                memcpy(sl[k].header_sha, f->hs[q].sha, 32);
-                sl[k].has_header_sha = 1;
+                if (shard_slice_set_sha(&tb->arena, &sl[k], f->hs[q].sha)) return TZR_ENOMEM;
             }
     return 0;
 }

@@ -153,7 +153,19 @@ static int check_shard(tzr_shard_set *s, int k) {
     if (!rc && digests && used != ndigests)
         rc = tzr_fail(TZR_EFORMAT, "%s: %s: %llu header digests for %llu slices", s->path, what,
                       (unsigned long long)ndigests, (unsigned long long)used);
-    free(digests);
+    if (!digests) return rc;
+    if (rc) { /* the slices given one keep none (a later use reads the section again) */
+        const uint8_t *end = digests + 32 * ndigests;
+        for (size_t i = 0; i < s->tb.n; i++)
+            for (size_t q = 0; q < s->tb.t[i].nslices; q++) {
+                shard_slice *sl = &s->tb.t[i].slices[q];
+                if (sl->shard == k && sl->header_sha >= digests && sl->header_sha < end) sl->header_sha = NULL;
+            }
+        free(digests);
+    } else {
+        free(s->tb.hashes[k].digests);
+        s->tb.hashes[k].digests = digests;
+    }
     return rc;
 }
 
@@ -192,10 +204,7 @@ static int check_slices(tzr_shard_set *s, int k, const char *what, const char *p
         for (; q < qend; q++) {
             shard_slice *sl = &e->slices[q];
             if (sl->shard != k) continue;
-            if (digests && *used < ndigests) {
-                memcpy(sl->header_sha, digests + 32 * *used, 32);
-                sl->has_header_sha = 1;
-            }
+            if (digests && *used < ndigests) sl->header_sha = digests + 32 * *used;
             ++*used;
             /* Shards hold their tensors in the manifest's order as the
              * writers leave them: the one after the last found first

@@ -14,6 +14,7 @@ void shard_table_free(shard_table *tb) {
     free(tb->files);
     free(tb->sizes);
     free(tb->hashes_file);
+    for (int k = 0; tb->hashes && k < tb->nshards; k++) free(tb->hashes[k].digests);
     free(tb->hashes);
     memset(tb, 0, sizeof *tb);
 }
@@ -144,7 +145,15 @@ int shard_entry_add_slice(shard_table *tb, shard_entry *e, int shard, uint64_t o
         e->slices = g;
         e->slice_cap = cap;
     }
-    e->slices[e->nslices++] = (shard_slice){shard, offset, length, 0, 0, {0}};
+    e->slices[e->nslices++] = (shard_slice){shard, offset, length, 0, NULL};
+    return 0;
+}
+
+int shard_slice_set_sha(tzr_arena *a, shard_slice *sl, const uint8_t *sha) {
+    uint8_t *copy = tzr_arena_alloc(a, 32);
+    if (!copy) return tzr_fail(TZR_ENOMEM, "out of memory");
+    memcpy(copy, sha, 32);
+    sl->header_sha = copy;
     return 0;
 }
 
@@ -153,7 +162,7 @@ int shard_entry_split(shard_table *tb, shard_entry *e) {
     shard_slice *sl = n > 0 && !e->nslices ? tzr_arena_alloc(&tb->arena, (size_t)n * sizeof *sl) : NULL;
     if (!sl) return TZR_ENOMEM;
     for (int p = 0; p < n; p++) {
-        sl[p] = (shard_slice){p, 0, 0, 0, 0, {0}};
+        sl[p] = (shard_slice){p, 0, 0, 0, NULL};
         tzr_shard_chunk(e->shape[d], n, p, &sl[p].offset, &sl[p].length);
     }
     e->slices = sl;

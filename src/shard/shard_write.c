@@ -133,9 +133,9 @@ int tzr_shard_writer_add(tzr_shard_writer *sw, const tzr_shard_tensor_desc *d, c
     int rc = slice_enter(sw, d, local, &td, &e);
     if (!rc) rc = tzr_writer_add(sw->w, &td, data);
     if (rc) return rc;
-    shard_slice *sl = &e->slices[e->nslices - 1];
-    tzr_writer_last_sha256(sw->w, sl->header_sha);
-    sl->has_header_sha = 1;
+    uint8_t sha[32];
+    tzr_writer_last_sha256(sw->w, sha);
+    if ((rc = shard_slice_set_sha(&sw->tb.arena, &e->slices[e->nslices - 1], sha))) return rc;
     if (!d->sha256 && d->dim == TZR_SHARD_REPLICATED && !sw->no_hash) {
         tzr_sha256(data, (size_t)e->pub.nbytes, e->pub.sha256);
         e->pub.has_sha256 = 1;
@@ -170,8 +170,7 @@ int tzr_shard_writer_close(tzr_shard_writer *sw) {
     int rc = tzr_writer_close(sw->w);
     for (pending_sha *p = sw->pending; p && !rc; p = p->next) {
         shard_entry *e = &sw->tb.t[p->entry];
-        memcpy(e->slices[e->nslices - 1].header_sha, p->sha, 32);
-        e->slices[e->nslices - 1].has_header_sha = 1;
+        rc = shard_slice_set_sha(&sw->tb.arena, &e->slices[e->nslices - 1], p->sha);
     }
     free_pending(sw);
     struct stat st;
