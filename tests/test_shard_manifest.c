@@ -383,7 +383,9 @@ static void split_form(void) {
     char *c = replace(a, "\"slices\": [{\"dim\": 1, \"length\": 5, \"shard\": 1, \"offset\": 0},\n"
                          "    {\"length\": 0, \"offset\": 5, \"dim\": 1, \"shard\": 0}]",
                       "\"split\": 1");
-    char *d = replace(c, "\n ]\n}\n", ",\n  {\"name\": \"t\", \"dtype\": \"<f4\", \"shape\": [2], \"split\": 0}\n ]\n}\n");
+    /* t and t2 cut 2 rows: one shared slice list (t2's other dim differs) */
+    char *d = replace(c, "\n ]\n}\n", ",\n  {\"name\": \"t\", \"dtype\": \"<f4\", \"shape\": [2], \"split\": 0},\n"
+                                   "  {\"name\": \"t2\", \"dtype\": \"<f4\", \"shape\": [2, 3], \"split\": 0}\n ]\n}\n");
     char *e = replace(d, "\"name\": \"w.q\"", "\"n\\u0061me\": \"w.q\"");
     const char *texts[2] = {d, e};
     for (int k = 0; k < 2; k++) {
@@ -392,12 +394,17 @@ static void split_form(void) {
         int rc = read_text(texts[k], &tb);
         CHECKF(rc == 0, "uneven split (%s): %s", k ? "jansson" : "scan", tzr_last_error());
         if (rc) continue;
-        CHECK(tb.n == 4);
-        if (tb.n == 4) {
+        CHECK(tb.n == 5);
+        if (tb.n == 5) {
             check_slices(&tb.t[0], (want_slice[]){{0, 0, 2, ANY_HSHA}, {1, 2, 2, NULL}, {2, 4, 2, ANY_HSHA}}, 3);
             check_slices(&tb.t[2], (want_slice[]){{0, 0, 2, NULL}, {1, 2, 2, NULL}, {2, 4, 1, NULL}}, 3);
             check_slices(&tb.t[3], (want_slice[]){{0, 0, 1, NULL}, {1, 1, 1, NULL}, {2, 2, 0, NULL}}, 3);
+            check_slices(&tb.t[4], (want_slice[]){{0, 0, 1, NULL}, {1, 1, 1, NULL}, {2, 2, 0, NULL}}, 3);
             CHECK(tb.t[2].pub.dim == 1 && tb.t[3].pub.dim == 0);
+            /* w.q's digests need slices of its own; the others share by cut length */
+            CHECK(!tb.t[0].shared && tb.t[2].shared && tb.t[3].shared && tb.t[4].shared);
+            CHECK(tb.t[4].slices == tb.t[3].slices && tb.t[2].slices != tb.t[3].slices);
+            CHECK(tb.nshared == 3);
         }
         shard_table_free(&tb);
     }
@@ -553,7 +560,7 @@ static void shard_order_differs(void) {
         const shard_entry *e = &s->tb.t[i];
         for (size_t q = 0; q < e->nslices; q++) {
             tzr_reader *r = tzr_shard_reader(s, e->slices[q].shard); /* opened at first use */
-            const tzr_tensor_info *t = r ? tzr_reader_tensor(r, e->slices[q].local) : NULL;
+            const tzr_tensor_info *t = r ? tzr_reader_tensor(r, shard_slice_local_of(&s->tb, i, &e->slices[q])) : NULL;
             CHECKF(t && t->name_len == e->pub.name_len && memcmp(t->name, e->name, t->name_len) == 0,
                    "'%s' slice %zu maps to '%s'", e->name, q, t ? t->name : "(none)");
         }

@@ -42,7 +42,19 @@ typedef struct shard_entry {
     size_t nslices, slice_cap;
     int in_order;            /* slices listed by offset (shard_table_validate) */
     int by_shard;            /* each slice's shard above the one before (same) */
+    int shared;              /* a split whose slices other entries of its length
+                                share: never written, its slices' local and
+                                header_sha are in the table's side arrays */
 } shard_entry;
+
+/* Shard k's view of the shared entries: the index of entry i's slice in
+ * k's reader, and its header digest (NULL: none). Made when k opens. */
+typedef struct shard_side {
+    size_t *local;
+    const uint8_t **sha;
+} shard_side;
+
+#define SHARD_SPLIT_CACHE 64
 
 typedef struct shard_table {
     int nshards;
@@ -65,6 +77,13 @@ typedef struct shard_table {
                                 probing, built by the first find: a linear
                                 find made merging and writing 100k tensors
                                 quadratic */
+    /* Shared split slices, one array per cut length (a 100k-tensor set cut
+     * 32 ways wrote 3.2M slices at every open; MoE tensors repeat a few
+     * shapes), and per shard the state of the entries using them. */
+    struct { uint64_t len; shard_slice *sl; } split_cache[SHARD_SPLIT_CACHE];
+    size_t nshared;
+    shard_side *side;        /* nshards of them once the set opens, if nshared */
+    size_t side_n;           /* entries each side array holds (tb->n then) */
 } shard_table;
 
 TZR_HIDDEN void shard_table_free(shard_table *tb);
@@ -75,8 +94,32 @@ TZR_HIDDEN shard_entry *shard_table_add(shard_table *tb, const char *name, size_
 TZR_HIDDEN int shard_entry_add_slice(shard_table *tb, shard_entry *e, int shard, uint64_t offset, uint64_t length);
 /* Version 2's "split": D: dim D cut over all tb->nshards shards as
  * tzr_shard_chunk cuts it, part p in shard p. shard_entry_is_split says
- * whether e's slices are exactly that. */
-TZR_HIDDEN int shard_entry_split(shard_table *tb, shard_entry *e);
+ * whether e's slices are exactly that. With share, e uses the slices of
+ * an earlier entry of its length (e->shared): only for a table that is
+ * read and loaded, never given digests of its own. */
+TZR_HIDDEN int shard_entry_split(shard_table *tb, shard_entry *e, int share);
+/* Shard sl->shard's tensor index and header digest for entry i's slice
+ * sl, wherever the entry keeps them. */
+static inline size_t *shard_slice_local(shard_table *tb, size_t i, shard_slice *sl) {
+    return tb->t[i].shared ? &tb->side[sl->shard].local[i] : &sl->local;
+}
+static inline const uint8_t **shard_slice_sha(shard_table *tb, size_t i, shard_slice *sl) {
+    return tb->t[i].shared ? &tb->side[sl->shard].sha[i] : &sl->header_sha;
+}
+/* The same, to read: the index only once shard sl->shard is open; the
+ * digest NULL where that shard has none (or has not opened). */
+static inline size_t shard_slice_local_of(const shard_table *tb, size_t i, const shard_slice *sl) {
+    return tb->t[i].shared ? tb->side[sl->shard].local[i] : sl->local;
+}
+static inline const uint8_t *shard_slice_sha_of(const shard_table *tb, size_t i, const shard_slice *sl) {
+    if (!tb->t[i].shared) return sl->header_sha;
+    return tb->side[sl->shard].sha ? tb->side[sl->shard].sha[i] : NULL;
+}
+/* The side arrays of every shard (tb->side), for a table with shared
+ * entries, before any shard opens; shard k's arrays come with
+ * shard_side_make. */
+TZR_HIDDEN int shard_table_sides(shard_table *tb);
+TZR_HIDDEN int shard_side_make(shard_table *tb, int k);
 TZR_HIDDEN int shard_entry_is_split(const shard_entry *e, int nshards);
 /* 0 and *idx, TZR_ENOTFOUND, or TZR_ENOMEM (the first call builds the
  * name index, which later adds keep up to date). */

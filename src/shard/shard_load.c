@@ -396,11 +396,11 @@ static size_t find_hits(tzr_shard_set *s, int rank, const target *tg, const unsi
 }
 
 /* jobs[k].tgt/map[local] for every hit, once its shard is open. */
-static void place_hits(shard_job *jobs, const hit *hits, size_t nh) {
+static void place_hits(const shard_table *tb, shard_job *jobs, const hit *hits, size_t nh) {
     for (size_t h = 0; h < nh; h++) {
         if (h + 8 < nh) __builtin_prefetch(hits[h + 8].sl); /* a cache miss each */
         shard_job *j = &jobs[hits[h].sl->shard];
-        size_t local = hits[h].sl->local;
+        size_t local = shard_slice_local_of(tb, hits[h].target, hits[h].sl);
         j->tgt[local] = hits[h].target + 1;
         j->map[local] = hits[h].m;
         if (hits[h].at) j->at[local] = hits[h].at; /* untouched zero pages otherwise */
@@ -433,11 +433,12 @@ static int check_headers(const tzr_shard_set *s, size_t i, int rank, int dim, ui
         if (!slice_used(e, sl, dim, offset, length)) continue;
         const tzr_tensor_header *h = NULL;
         tzr_reader *r = shard_if_open(s, sl->shard); /* every shard a used slice is in was loaded */
-        if (!sl->header_sha || !r || tzr_reader_header(r, sl->local, &h) || !h->has_sha256) {
+        const uint8_t *sha = r ? shard_slice_sha_of(&s->tb, i, sl) : NULL;
+        if (!sha || tzr_reader_header(r, shard_slice_local_of(&s->tb, i, sl), &h) || !h->has_sha256) {
             *proven = 0;
             continue;
         }
-        if (memcmp(h->sha256, sl->header_sha, 32)) {
+        if (memcmp(h->sha256, sha, 32)) {
             char nb[TZR_NAMEBUF];
             return tzr_fail(TZR_EHASH, "%s: shard %d: tensor '%s': its header sha256 differs from the manifest's "
                             "(the shard file was replaced or rewritten after the manifest was made)", s->path,
@@ -456,13 +457,15 @@ int tzr_shard_check_headers(tzr_shard_set *s, int k) {
         const shard_entry *e = &s->tb.t[i];
         for (size_t q = 0; q < e->nslices; q++) {
             const shard_slice *sl = &e->slices[q];
-            if (sl->shard != k || !sl->header_sha) continue;
+            const uint8_t *sha = sl->shard == k ? shard_slice_sha_of(&s->tb, i, sl) : NULL;
+            if (!sha) continue;
+            size_t local = shard_slice_local_of(&s->tb, i, sl);
             const tzr_tensor_header *h = NULL;
             char nb[TZR_NAMEBUF];
             const char *nm = tzr_printable(e->name, e->pub.name_len, nb, sizeof nb);
-            uint64_t at = tzr_reader_tensor(s->readers[k], sl->local)->header_offset;
-            if ((rc = tzr_reader_header(s->readers[k], sl->local, &h))) return rc;
-            if (!h->has_sha256 || memcmp(h->sha256, sl->header_sha, 32))
+            uint64_t at = tzr_reader_tensor(s->readers[k], local)->header_offset;
+            if ((rc = tzr_reader_header(s->readers[k], local, &h))) return rc;
+            if (!h->has_sha256 || memcmp(h->sha256, sha, 32))
                 return tzr_fail_at(TZR_EHASH, nm, at,
                                    "%s: shard %d: tensor '%s' (header at byte %llu): its header sha256 differs from "
                                    "the manifest's (the shard file was replaced or rewritten after the manifest was "
@@ -534,7 +537,7 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
         j->at = tzr_map_zeroed(j->nlocal ? j->nlocal : 1, sizeof *j->at);
         if (!j->map || !j->tgt || !j->at) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     }
-    if (!rc) place_hits(jobs, hits, nhits);
+    if (!rc) place_hits(&s->tb, jobs, hits, nhits);
     for (int k = 0; !rc && k < ns; k++) {
         shard_job *j = &jobs[k];
         if (any[k]) {

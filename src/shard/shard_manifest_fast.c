@@ -244,7 +244,7 @@ static int add_entry(shard_table *tb, fast_entry *f) {
     if (!e) return TZR_ENOMEM;
     shard_slice *sl;
     if (f->split) {
-        if (shard_entry_split(tb, e)) return tzr_fail(TZR_ENOMEM, "out of memory");
+        if (shard_entry_split(tb, e, f->nhs == 0)) return tzr_fail(TZR_ENOMEM, "out of memory");
         sl = e->slices;
     } else {
         sl = tzr_arena_alloc(&tb->arena, f->nsl * sizeof *sl);
@@ -381,6 +381,7 @@ static size_t fast_tensors(const uint8_t *p, size_t n, size_t i, shard_table *tb
             /* Its entries after ours (no name index yet: none to update). */
             memcpy(tb->t + tb->n, h->tb.t, h->tb.n * sizeof *tb->t);
             tb->n += h->tb.n;
+            tb->nshared += h->tb.nshared;
             tzr_arena_adopt(&tb->arena, &h->tb.arena);
             i = h->end;
         } else if (*rc) {

@@ -159,7 +159,9 @@ static int check_shard(tzr_shard_set *s, int k) {
         for (size_t i = 0; i < s->tb.n; i++)
             for (size_t q = 0; q < s->tb.t[i].nslices; q++) {
                 shard_slice *sl = &s->tb.t[i].slices[q];
-                if (sl->shard == k && sl->header_sha >= digests && sl->header_sha < end) sl->header_sha = NULL;
+                if (sl->shard != k || (s->tb.t[i].shared && !s->tb.side[k].sha)) continue;
+                const uint8_t **sha = shard_slice_sha(&s->tb, i, sl);
+                if (*sha >= digests && *sha < end) *sha = NULL;
             }
         free(digests);
     } else {
@@ -181,6 +183,7 @@ static int check_slices(tzr_shard_set *s, int k, const char *what, const char *p
     rc = tzr_reader_open_source(&s->readers[k], src, &ro); /* takes src */
     if (rc) return tzr_fail_prefix(rc, "%s: ", what);
     tzr_reader *r = s->readers[k];
+    if ((rc = shard_side_make(&s->tb, k))) return rc;
     size_t next = 0, count = tzr_reader_count(r);
     for (size_t i = 0; i < s->tb.n; i++) {
         shard_entry *e = &s->tb.t[i];
@@ -204,7 +207,8 @@ static int check_slices(tzr_shard_set *s, int k, const char *what, const char *p
         for (; q < qend; q++) {
             shard_slice *sl = &e->slices[q];
             if (sl->shard != k) continue;
-            if (digests && *used < ndigests) sl->header_sha = digests + 32 * *used;
+            size_t *local = shard_slice_local(&s->tb, i, sl);
+            if (digests && *used < ndigests) *shard_slice_sha(&s->tb, i, sl) = digests + 32 * *used;
             ++*used;
             /* Shards hold their tensors in the manifest's order as the
              * writers leave them: the one after the last found first
@@ -212,11 +216,11 @@ static int check_slices(tzr_shard_set *s, int k, const char *what, const char *p
              * lookups were a fifth of a 100k-tensor open). */
             const tzr_tensor_info *t = next < count ? tzr_reader_tensor(r, next) : NULL;
             if (t && t->name_len == e->pub.name_len && memcmp(t->name, e->name, t->name_len) == 0)
-                sl->local = next;
-            else if (tzr_reader_find(r, e->name, e->pub.name_len, &sl->local))
+                *local = next;
+            else if (tzr_reader_find(r, e->name, e->pub.name_len, local))
                 return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' is not in %s ('%s')", s->path, ename(e, nb), what, path);
-            next = sl->local + 1;
-            t = tzr_reader_tensor(r, sl->local);
+            next = *local + 1;
+            t = tzr_reader_tensor(r, *local);
             uint64_t want[TZR_MAX_DIMS];
             shard_local_shape(e, sl, want);
             if (t->dtype_len != e->pub.dtype_len || memcmp(t->dtype_str, e->dtype, t->dtype_len))
@@ -432,6 +436,7 @@ static int open_set(tzr_shard_set **out, const char *path, const char *const *li
         if (!rc && side >= 0)
             rc = tzr_fail(TZR_EINVAL, "%s is a per-shard sidecar; build the manifest first", path);
         if (!rc) rc = shard_table_validate(&s->tb, path);
+        if (!rc) rc = shard_table_sides(&s->tb);
         if (!rc && !(s->readers = calloc((size_t)s->tb.nshards, sizeof *s->readers)))
             rc = tzr_fail(TZR_ENOMEM, "out of memory");
         int lazy = !s->crypt.key && !s->crypt.password && !s->http;

@@ -16,6 +16,11 @@ void shard_table_free(shard_table *tb) {
     free(tb->hashes_file);
     for (int k = 0; tb->hashes && k < tb->nshards; k++) free(tb->hashes[k].digests);
     free(tb->hashes);
+    for (int k = 0; tb->side && k < tb->nshards; k++) {
+        if (tb->side[k].local) tzr_unmap_zeroed(tb->side[k].local, tb->side_n, sizeof *tb->side[k].local);
+        if (tb->side[k].sha) tzr_unmap_zeroed(tb->side[k].sha, tb->side_n, sizeof *tb->side[k].sha);
+    }
+    free(tb->side);
     memset(tb, 0, sizeof *tb);
 }
 
@@ -157,16 +162,47 @@ int shard_slice_set_sha(tzr_arena *a, shard_slice *sl, const uint8_t *sha) {
     return 0;
 }
 
-int shard_entry_split(shard_table *tb, shard_entry *e) {
+int shard_entry_split(shard_table *tb, shard_entry *e, int share) {
     int d = e->pub.dim, n = tb->nshards;
-    shard_slice *sl = n > 0 && !e->nslices ? tzr_arena_alloc(&tb->arena, (size_t)n * sizeof *sl) : NULL;
-    if (!sl) return TZR_ENOMEM;
-    for (int p = 0; p < n; p++) {
-        sl[p] = (shard_slice){p, 0, 0, 0, NULL};
-        tzr_shard_chunk(e->shape[d], n, p, &sl[p].offset, &sl[p].length);
+    uint64_t len = e->shape[d];
+    size_t c = (size_t)((len * 0x9e3779b97f4a7c15ull) >> 58) % SHARD_SPLIT_CACHE;
+    shard_slice *sl = NULL;
+    if (share && tb->split_cache[c].sl && tb->split_cache[c].len == len) {
+        sl = tb->split_cache[c].sl;
+    } else {
+        if (!(sl = n > 0 && !e->nslices ? tzr_arena_alloc(&tb->arena, (size_t)n * sizeof *sl) : NULL)) return TZR_ENOMEM;
+        for (int p = 0; p < n; p++) {
+            sl[p] = (shard_slice){p, 0, 0, 0, NULL};
+            tzr_shard_chunk(len, n, p, &sl[p].offset, &sl[p].length);
+        }
+        if (share) tb->split_cache[c].len = len, tb->split_cache[c].sl = sl;
     }
     e->slices = sl;
     e->nslices = e->slice_cap = (size_t)n;
+    e->shared = share;
+    tb->nshared += (size_t)share;
+    return 0;
+}
+
+int shard_table_sides(shard_table *tb) {
+    if (!tb->nshared || tb->side) return 0;
+    if (!(tb->side = calloc((size_t)tb->nshards, sizeof *tb->side))) return tzr_fail(TZR_ENOMEM, "out of memory");
+    tb->side_n = tb->n ? tb->n : 1; /* a read table: no entries come after */
+    return 0;
+}
+
+/* Fresh zero pages: a rank opening one shard of many touches only that
+ * shard's, and only where its entries are shared. */
+int shard_side_make(shard_table *tb, int k) {
+    if (!tb->side || tb->side[k].local) return 0;
+    size_t n = tb->side_n;
+    shard_side sd = {tzr_map_zeroed(n, sizeof *sd.local), tzr_map_zeroed(n, sizeof *sd.sha)};
+    if (!sd.local || !sd.sha) {
+        if (sd.local) tzr_unmap_zeroed(sd.local, n, sizeof *sd.local);
+        if (sd.sha) tzr_unmap_zeroed(sd.sha, n, sizeof *sd.sha);
+        return tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    tb->side[k] = sd;
     return 0;
 }
 
@@ -225,6 +261,10 @@ int shard_table_validate(shard_table *tb, const char *what) {
         if (e->pub.nbytes == UINT64_MAX)
             return tzr_fail(TZR_ELIMIT, "%s: tensor '%s': shape overflows", what, ename(e, nb));
         if (!e->nslices) return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': no shard holds it", what, ename(e, nb));
+        if (e->shared) { /* shard p holds tzr_shard_chunk's part p: they tile the dim, in order */
+            e->by_shard = e->in_order = 1;
+            continue;
+        }
         e->by_shard = 1;
         for (size_t k = 1; k < e->nslices && e->by_shard; k++) e->by_shard = e->slices[k].shard > e->slices[k - 1].shard;
         for (size_t k = 0; k < e->nslices; k++)
@@ -242,6 +282,7 @@ int shard_table_validate(shard_table *tb, const char *what) {
         if (e->pub.dim < 0 || (uint32_t)e->pub.dim >= e->pub.ndim)
             return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': split dim %d but %u dims", what, ename(e, nb), e->pub.dim,
                             e->pub.ndim);
+
         /* Already in order as written: the copy and sort were a tenth of
          * an open. */
         size_t k0 = 1;
