@@ -19,7 +19,8 @@
  * being read whole into memory. */
 #define SHARD_JSON_MAX ((uint64_t)2 << 30)
 
-/* 40 bytes: a 100k-tensor set cut 32 ways holds 3.2M of them. */
+/* 40 bytes (an entry listing its slices one by one holds one a shard;
+ * even splits share theirs, see shard_entry_split). */
 typedef struct shard_slice {
     int shard;
     uint64_t offset, length;    /* along the tensor's split dim; 0,0 if replicated */
