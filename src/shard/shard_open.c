@@ -155,13 +155,13 @@ static int check_shard(tzr_shard_set *s, int k) {
                       (unsigned long long)ndigests, (unsigned long long)used);
     if (!digests) return rc;
     if (rc) { /* the slices given one keep none (a later use reads the section again) */
-        const uint8_t *end = digests + 32 * ndigests;
+        uintptr_t lo = (uintptr_t)digests, hi = lo + 32 * ndigests; /* (digests may also be in the arena) */
         for (size_t i = 0; i < s->tb.n; i++)
             for (size_t q = 0; q < s->tb.t[i].nslices; q++) {
                 shard_slice *sl = &s->tb.t[i].slices[q];
                 if (sl->shard != k || (s->tb.t[i].shared && !s->tb.side[k].sha)) continue;
                 const uint8_t **sha = shard_slice_sha(&s->tb, i, sl);
-                if (*sha >= digests && *sha < end) *sha = NULL;
+                if ((uintptr_t)*sha >= lo && (uintptr_t)*sha < hi) *sha = NULL;
             }
         free(digests);
     } else {
@@ -283,8 +283,8 @@ static int ready_one(tzr_shard_set *s, int k) { return shard_ready(s, k) ? 0 : t
 
 /* The shard files are opened and checked on one thread each, up to the
  * core count (one after the other, the two indexes of a 100k-tensor set
- * were a quarter of its open). Each check writes only its own reader and
- * the slices of its own shard. The lowest failing shard reports, with the
+ * were a quarter of its open). Each check writes only its own reader, the
+ * slices of its own shard and its own side arrays. The lowest failing shard reports, with the
  * message its thread left: the failure a one-by-one open would report. */
 typedef struct check_job {
     tzr_shard_set *s;
