@@ -54,12 +54,12 @@ static void same_tables(const shard_table *a, const shard_table *b) {
         REQUIRE(p->ndim == q->ndim && memcmp(p->shape, q->shape, p->ndim * sizeof *p->shape) == 0);
         REQUIRE(p->dim == q->dim && p->has_sha256 == q->has_sha256);
         REQUIRE(!p->has_sha256 || memcmp(p->sha256, q->sha256, 32) == 0);
-        REQUIRE(x->nslices == y->nslices);
+        REQUIRE(x->nslices == y->nslices && x->shared == y->shared);
         for (size_t s = 0; s < x->nslices; s++) {
             const shard_slice *u = &x->slices[s], *v = &y->slices[s];
             REQUIRE(u->shard == v->shard && u->offset == v->offset && u->length == v->length);
-            REQUIRE(u->has_header_sha == v->has_header_sha);
-            REQUIRE(!u->has_header_sha || memcmp(u->header_sha, v->header_sha, 32) == 0);
+            REQUIRE(!u->header_sha == !v->header_sha);
+            REQUIRE(!u->header_sha || memcmp(u->header_sha, v->header_sha, 32) == 0);
         }
     }
 }
