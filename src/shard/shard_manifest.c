@@ -331,8 +331,10 @@ static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *pat
     if (!e) return TZR_ENOMEM;
     if (dim != TZR_SHARD_REPLICATED && (dim < 0 || (uint32_t)dim >= ndim))
         return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': split dim %d but %u dims", path, nm, dim, ndim);
-    /* (Digests of its own in the entry: slices of its own to hold them.) */
-    if (jsp && shard_entry_split(tb, e, !json_object_get(o, "header_sha256"))) return TZR_ENOMEM;
+    /* Digests of its own in the entry: slices of its own to hold them (an
+     * empty object gives none, as in the scan). */
+    json_t *own = json_object_get(o, "header_sha256");
+    if (jsp && shard_entry_split(tb, e, !own || (json_is_object(own) && json_object_size(own) == 0))) return TZR_ENOMEM;
     json_t *arr = jsl ? jsl : jr;
     for (size_t k = 0; arr && k < json_array_size(arr); k++) {
         json_t *s = json_array_get(arr, k);
