@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include "bench_write.h"
 #include "cli.h"
 #include "hash.h" /* tzr_crc32: the library's own CRC32, for the crc32 reference row */
+#include "mem.h"  /* tzr_alloc_big: the host sink's allocation, for the floor */
 #include "tzr_http.h"
 #include "tzr_load.h"
 #include "tzr_safetensors.h"
@@ -344,14 +344,12 @@ static int raw_read(const char *path, int threads, uint64_t *bytes) {
     struct stat st;
     fstat(fd, &st);
     uint64_t size = (uint64_t)st.st_size, next = 0;
-    /* Same allocation policy as libtzr's host sink (tzr_alloc_big: whole
-     * 2 MiB huge pages, the last one included), so the floor measures
-     * reading, not page faults. A tail left to 4 KiB pages cost up to 511
-     * faults, about 5 ms on a VM, and flattered every ratio. */
-    uint64_t span = (size + (2 << 20) - 1) / (2 << 20) * (2 << 20);
-    uint8_t *buf = NULL;
-    if (posix_memalign((void **)&buf, 2 << 20, span ? span : 1)) return tzr_set_error(TZR_ENOMEM, "out of memory");
-    madvise(buf, span, MADV_HUGEPAGE);
+    /* The host sink's own allocation (whole 2 MiB huge pages, the last one
+     * included), so the floor measures reading, not page faults. A tail
+     * left to 4 KiB pages cost up to 511 faults, about 5 ms on a VM, and
+     * flattered every ratio. */
+    uint8_t *buf = tzr_alloc_big((size_t)size);
+    if (!buf) return tzr_set_error(TZR_ENOMEM, "out of memory");
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     raw_job j = {fd, buf, size, 8 << 20, &next, &lock};
     pthread_t th[64];
