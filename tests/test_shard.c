@@ -935,16 +935,26 @@ static void replaced_shard(void) {
     }
 }
 
+/* A directory NAME under the test directory, made, and the paths a split
+ * there uses: DIR/src.tensors (src may be NULL), the prefix DIR/model and
+ * its manifest. */
+enum { DIR_CAP = 256, PATH_CAP = 1024 };
+static void set_dir(const char *name, char dir[DIR_CAP], char src[PATH_CAP], char prefix[PATH_CAP],
+                    char man[PATH_CAP]) {
+    path_in(dir, DIR_CAP, check_tmpdir(), name);
+    mkdir(dir, 0755);
+    if (src) path_in(src, PATH_CAP, dir, "src.tensors");
+    path_in(prefix, PATH_CAP, dir, "model");
+    path_in(man, PATH_CAP, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
+}
+
 /* With the file options' no_replace the manifest is published as the
  * shard files are: one another writer put there meanwhile (here before
  * the split) is kept, the split fails "exists", and nothing of its set is
  * left (shards, sidecars, temporaries). Without it the manifest is replaced. */
 static void split_no_replace_manifest(void) {
-    char dir[256], prefix[1024], m[1024];
-    path_in(dir, sizeof dir, check_tmpdir(), "noreplace");
-    mkdir(dir, 0755);
-    path_in(prefix, sizeof prefix, dir, "model");
-    path_in(m, sizeof m, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    char dir[DIR_CAP], prefix[PATH_CAP], m[PATH_CAP];
+    set_dir("noreplace", dir, NULL, prefix, m);
     FILE *f = fopen(m, "w");
     CHECK(f != NULL);
     if (!f) return;
@@ -1008,12 +1018,8 @@ static void sh_check_rank(tzr_shard_set *s, int rank) {
 }
 
 static void shared_splits(void) {
-    char dir[256], src[1024], prefix[1024], m[1024];
-    path_in(dir, sizeof dir, check_tmpdir(), "shared");
-    mkdir(dir, 0755);
-    path_in(src, sizeof src, dir, "src.tensors");
-    path_in(prefix, sizeof prefix, dir, "model");
-    path_in(m, sizeof m, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    char dir[DIR_CAP], src[PATH_CAP], prefix[PATH_CAP], m[PATH_CAP];
+    set_dir("shared", dir, src, prefix, m);
     tzr_writer *w = NULL;
     CHECK_OK(tzr_writer_open(&w, src, NULL));
     for (int t = 0; w && t < SH_N; t++) {
@@ -1070,12 +1076,8 @@ static void shared_splits(void) {
  * writer told its tensors by tzr_shard_writer_reserve does the same. */
 #define MANY 6000
 static void split_many_small_sizes_indexes(void) {
-    char dir[256], src[1024], prefix[1024], man[1024];
-    path_in(dir, sizeof dir, check_tmpdir(), "many");
-    mkdir(dir, 0755);
-    path_in(src, sizeof src, dir, "src.tensors");
-    path_in(prefix, sizeof prefix, dir, "model");
-    path_in(man, sizeof man, dir, "model" TZR_SHARD_MANIFEST_SUFFIX);
+    char dir[DIR_CAP], src[PATH_CAP], prefix[PATH_CAP], man[PATH_CAP];
+    set_dir("many", dir, src, prefix, man);
     tzr_writer *w = NULL;
     CHECK_OK(tzr_writer_open(&w, src, NULL));
     if (!w) return;
