@@ -284,8 +284,9 @@ static int ready_one(tzr_shard_set *s, int k) { return shard_ready(s, k) ? 0 : t
 /* The shard files are opened and checked on one thread each, up to the
  * core count (one after the other, the two indexes of a 100k-tensor set
  * were a quarter of its open). Each check writes only its own reader, the
- * slices of its own shard and its own side arrays. The lowest failing shard reports, with the
- * message its thread left: the failure a one-by-one open would report. */
+ * slices of its own shard and its own side arrays. The lowest failing
+ * shard reports, with the message its thread left: the failure a
+ * one-by-one open would report. */
 typedef struct check_job {
     tzr_shard_set *s;
     int (*one)(tzr_shard_set *s, int k);

@@ -282,7 +282,6 @@ int shard_table_validate(shard_table *tb, const char *what) {
         if (e->pub.dim < 0 || (uint32_t)e->pub.dim >= e->pub.ndim)
             return tzr_fail(TZR_EFORMAT, "%s: tensor '%s': split dim %d but %u dims", what, ename(e, nb), e->pub.dim,
                             e->pub.ndim);
-
         /* Already in order as written: the copy and sort were a tenth of
          * an open. */
         size_t k0 = 1;
