@@ -716,6 +716,61 @@ static void small_lists_in_halves(void) {
     shard_scan_split_min = keep;
 }
 
+/* A Hugging Face index read both ways (the scan, and jansson's tree
+ * alone): the names in the index's order, each one's file as an index
+ * into the files sorted by name. */
+static void expect_hf(const char *text, int scan, int scanned, size_t n, const char *const *names, const uint32_t *file,
+                      size_t nfiles, const char *const *files) {
+    shard_hf_map m;
+    char *copy = strdup(text);
+    CHECK(copy);
+    CHECK_OK(shard_hf_index_parse("i.json", copy, strlen(text), scan, &m));
+    CHECKF(m.n == n && m.nfiles == nfiles, "scan %d: %zu names, %zu files", scan, m.n, m.nfiles);
+    CHECKF(!m.text == !scanned && !m.root == !!scanned, "scan %d: read by the %s", scan, m.text ? "scan" : "tree");
+    for (size_t i = 0; i < n && i < m.n; i++)
+        CHECKF(!strcmp(m.names[i], names[i]) && m.file[i] == file[i], "scan %d: name %zu is '%s' in file %u", scan, i,
+               m.names[i], m.file[i]);
+    for (size_t k = 0; k < nfiles && k < m.nfiles; k++) CHECK(!strcmp(m.files[k], files[k]));
+    shard_hf_map_free(&m);
+}
+
+static void expect_hf_error(const char *text, const char *want) {
+    for (int scan = 0; scan < 2; scan++) {
+        shard_hf_map m;
+        char *copy = strdup(text);
+        CHECK(copy);
+        CHECK_RC(shard_hf_index_parse("i.json", copy, strlen(text), scan, &m), TZR_EFORMAT);
+        CHECKF(strstr(tzr_last_error(), want), "scan %d: %s", scan, tzr_last_error());
+    }
+}
+
+static void hf_index_forms(void) {
+    static const char sorted[] = "{\n  \"metadata\": {\n    \"total_size\": 96\n  },\n  \"weight_map\": {\n"
+                                 "    \"a.bias\": \"model-00002-of-00002.safetensors\",\n"
+                                 "    \"a.weight\": \"model-00001-of-00002.safetensors\",\n"
+                                 "    \"b.weight\": \"model-00001-of-00002.safetensors\"\n  }\n}\n";
+    static const char *const s_names[] = {"a.bias", "a.weight", "b.weight"};
+    static const char *const s_files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    static const uint32_t s_file[] = {1, 0, 0};
+    /* Out of order, an escaped name (jansson reads that one), metadata last. */
+    static const char unsorted[] = "{\"weight_map\": {\"z\": \"f2\", \"b\": \"f1\", \"a\": \"f2\"}, \"metadata\": {}}";
+    static const char escaped[] = "{\"weight_map\": {\"z\": \"f2\", \"\\u0062\": \"f1\", \"a\": \"f2\"}}";
+    static const char *const u_names[] = {"z", "b", "a"};
+    static const char *const u_files[] = {"f1", "f2"};
+    static const uint32_t u_file[] = {1, 0, 1};
+    for (int scan = 0; scan < 2; scan++) {
+        expect_hf(sorted, scan, scan, 3, s_names, s_file, 2, s_files);
+        expect_hf(unsorted, scan, scan, 3, u_names, u_file, 2, u_files);
+        expect_hf(escaped, scan, 0, 3, u_names, u_file, 2, u_files);
+    }
+    /* A name twice, in order and out of it: refused as jansson refuses it. */
+    expect_hf_error("{\"weight_map\": {\"a\": \"f\", \"a\": \"f\"}}", "duplicate object key");
+    expect_hf_error("{\"weight_map\": {\"b\": \"f\", \"a\": \"g\", \"b\": \"f\"}}", "duplicate object key");
+    expect_hf_error("{\"weight_map\": {\"a\": \"sub/f\"}}", "weight_map entry 'a' must name a file beside the index");
+    expect_hf_error("{\"weight_map\": {\"a\": \"..\"}}", "weight_map entry 'a' must name a file beside the index");
+    expect_hf_error("{\"metadata\": {}}", "no \"weight_map\" object");
+}
+
 int main(void) {
     snprintf(mpath, sizeof mpath, "%s/m" TZR_SHARD_MANIFEST_SUFFIX, check_tmpdir());
     RUN(same_table_both_paths);
@@ -728,5 +783,6 @@ int main(void) {
     RUN(shard_order_differs);
     RUN(long_lists_in_halves);
     RUN(small_lists_in_halves);
+    RUN(hf_index_forms);
     return check_done();
 }

@@ -16,55 +16,99 @@
 
 #define HF_INDEX "model.safetensors.index.json"
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* The index's name -> file pairs sorted by name, for lookups. */
-typedef struct hf_pair { const char *name, *file; int seen; } hf_pair;
-static int cmp_pair(const void *a, const void *b) { return strcmp(((const hf_pair *)a)->name, ((const hf_pair *)b)->name); }
-
-/* File k of the set: open it and enter every tensor it holds. */
-static int add_file(tzr_shard_set *s, int k, const char *path, hf_pair *pairs, size_t npairs, const char *fname) {
+/* File k of the set: open it (its tensors are entered once all are open,
+ * into a table reserved for them all). */
+static int open_file(tzr_shard_set *s, int k, const char *path) {
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     ro.verify = s->verify;
     ro.crypt = s->crypt;
     ro.http = s->http;
     int rc = tzr_reader_open(&s->readers[k], path, &ro);
     if (rc) return rc;
-    tzr_reader *r = s->readers[k];
     const char *base = strrchr(path, '/');
     if (!(s->tb.files[k] = strdup(base ? base + 1 : path))) return tzr_fail(TZR_ENOMEM, "out of memory");
-    s->tb.sizes[k] = tzr_reader_source(r)->size;
-    for (size_t i = 0; i < tzr_reader_count(r); i++) {
-        const tzr_tensor_info *t = tzr_reader_tensor(r, i);
-        char nb[TZR_NAMEBUF];
-        const char *nm = tzr_printable(t->name, t->name_len, nb, sizeof nb);
-        if (pairs) {
-            hf_pair key = {t->name, NULL, 0}, *p = bsearch(&key, pairs, npairs, sizeof *pairs, cmp_pair);
-            if (!p) return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' is in %s but the index does not list it", s->path, nm, path);
-            if (strcmp(p->file, fname))
-                return tzr_fail(TZR_EFORMAT, "%s: tensor '%s' is in %s but the index maps it to %s", s->path, nm, path,
-                                p->file);
-            p->seen = 1;
+    s->tb.sizes[k] = tzr_reader_source(s->readers[k])->size;
+    return 0;
+}
+
+static const char *file_path(const tzr_shard_set *s, int k) { return tzr_reader_source(s->readers[k])->name; }
+
+/* Names hashed this far ahead of their lookup, their slots prefetched;
+ * the hashes wait in a ring of RING. */
+#define AHEAD 8
+#define RING (2 * AHEAD)
+
+/* Every tensor file k holds, into the table. */
+static int add_tensors(tzr_shard_set *s, int k) {
+    tzr_reader *r = s->readers[k];
+    size_t n = tzr_reader_count(r);
+    uint64_t h[RING];
+    for (size_t i = 0; i < n + AHEAD; i++) {
+        if (i < n) {
+            const tzr_tensor_info *a = tzr_reader_tensor(r, i);
+            h[i % RING] = shard_name_hash(a->name, a->name_len);
+            shard_table_prefetch(&s->tb, h[i % RING]);
         }
-        size_t other;
-        if (shard_table_find(&s->tb, t->name, t->name_len, &other) == 0) {
-            int k0 = s->tb.t[other].slices[0].shard;
-            return tzr_fail(TZR_EDUP, "%s: tensor '%s' is in both %s and %s", s->path, nm,
-                            tzr_reader_source(s->readers[k0])->name, path);
+        if (i < AHEAD) continue;
+        size_t j = i - AHEAD, other;
+        const tzr_tensor_info *t = tzr_reader_tensor(r, j);
+        shard_entry *e;
+        int rc = shard_table_add_new(&s->tb, t->name, t->name_len, h[j % RING], t->dtype_str, t->dtype_len, t->ndim,
+                                     t->shape, TZR_SHARD_REPLICATED, &e, &other);
+        if (rc == TZR_EDUP) {
+            char nb[TZR_NAMEBUF];
+            return tzr_fail(TZR_EDUP, "%s: tensor '%s' is in both %s and %s", s->path,
+                            tzr_printable(t->name, t->name_len, nb, sizeof nb),
+                            file_path(s, s->tb.t[other].slices[0].shard), file_path(s, k));
         }
-        shard_entry *e = shard_table_add(&s->tb, t->name, t->name_len, t->dtype_str, t->dtype_len, t->ndim, t->shape,
-                                         TZR_SHARD_REPLICATED);
-        if (!e || shard_entry_add_slice(&s->tb, e, k, 0, 0)) return TZR_ENOMEM;
-        e->slices[e->nslices - 1].local = i;
+        if (rc || shard_entry_add_slice(&s->tb, e, k, 0, 0)) return TZR_ENOMEM;
+        e->slices[e->nslices - 1].local = j;
     }
     return 0;
 }
 
+/* The index's weight map against the files: each name it lists is a
+ * tensor of the file it maps it to, and every tensor is listed (the map
+ * names none twice, so once). Shard k was opened from m->files[k]. */
+static int check_map(tzr_shard_set *s, const char *index, const shard_hf_map *m) {
+    const shard_table *tb = &s->tb;
+    uint8_t *listed = calloc(tb->n ? tb->n : 1, 1);
+    if (!listed) return tzr_fail(TZR_ENOMEM, "out of memory");
+    int rc = 0;
+    char nb[TZR_NAMEBUF];
+    uint64_t h[RING];
+    for (size_t i = 0; i < m->n + AHEAD && !rc; i++) {
+        if (i < m->n) {
+            h[i % RING] = shard_name_hash(m->names[i], strlen(m->names[i]));
+            shard_table_prefetch(tb, h[i % RING]);
+        }
+        if (i < AHEAD) continue;
+        size_t at = i - AHEAD, j;
+        const char *name = m->names[at], *file = m->files[m->file[at]];
+        if (shard_table_find_hashed(&s->tb, name, strlen(name), h[at % RING], &j)) {
+            rc = tzr_fail(TZR_EFORMAT, "%s: the index lists tensor '%s' in %s, but that file does not hold it", index,
+                          name, file);
+            break;
+        }
+        int k = tb->t[j].slices[0].shard;
+        if ((uint32_t)k != m->file[at])
+            rc = tzr_fail(TZR_EFORMAT, "%s: tensor '%s' is in %s but the index maps it to %s", s->path,
+                          tzr_printable(tb->t[j].name, tb->t[j].pub.name_len, nb, sizeof nb), file_path(s, k), file);
+        listed[j] = 1;
+    }
+    for (size_t j = 0; j < tb->n && !rc; j++)
+        if (!listed[j])
+            rc = tzr_fail(TZR_EFORMAT, "%s: tensor '%s' is in %s but the index does not list it", s->path,
+                          tzr_printable(tb->t[j].name, tb->t[j].pub.name_len, nb, sizeof nb),
+                          file_path(s, tb->t[j].slices[0].shard));
+    free(listed);
+    return rc;
+}
+
 int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *list, size_t nlist) {
-    char index[8300] = "", **owned = NULL, **names = NULL;
+    char index[8300] = "", **owned = NULL;
     size_t nfiles = 0;
     shard_hf_map m = {0};
-    hf_pair *pairs = NULL;
     struct stat st;
     int rc = 0, index_read = 0, single = 0;
     if (!list && !tzr_is_url(path) && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -104,27 +148,17 @@ int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *list, s
     }
     if (index[0]) { /* the files the index names, sorted, once each */
         if (!index_read && (rc = shard_hf_index_read(index, s->http, &m))) goto out;
-        if (!(pairs = calloc(m.n ? m.n : 1, sizeof *pairs)) || !(names = calloc(m.n ? m.n : 1, sizeof *names))) {
-            rc = tzr_fail(TZR_ENOMEM, "out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < m.n; i++) pairs[i] = (hf_pair){m.names[i], m.files[i], 0}, names[i] = m.files[i];
-        qsort(pairs, m.n, sizeof *pairs, cmp_pair);
-        qsort(names, m.n, sizeof *names, cmp_str);
-        size_t u = 0;
-        for (size_t i = 0; i < m.n; i++)
-            if (!u || strcmp(names[u - 1], names[i])) names[u++] = names[i];
-        if (!(owned = calloc(u ? u : 1, sizeof *owned))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
-        for (size_t i = 0; i < u && !rc; i++) {
-            char loc[8300];
-            if (!(rc = shard_location(index, names[i], loc, sizeof loc)) && !(owned[nfiles++] = strdup(loc)))
-                rc = tzr_fail(TZR_ENOMEM, "out of memory");
-        }
-        if (rc) goto out;
-        if (!u) {
+        if (!m.nfiles) {
             rc = tzr_fail(TZR_EFORMAT, "%s: the weight map is empty", index);
             goto out;
         }
+        if (!(owned = calloc(m.nfiles, sizeof *owned))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        for (size_t i = 0; i < m.nfiles && !rc; i++) {
+            char loc[8300];
+            if (!(rc = shard_location(index, m.files[i], loc, sizeof loc)) && !(owned[nfiles++] = strdup(loc)))
+                rc = tzr_fail(TZR_ENOMEM, "out of memory");
+        }
+        if (rc) goto out;
     }
     const char *const *files = list ? list : (const char *const *)owned;
     size_t n = list ? nlist : nfiles;
@@ -138,21 +172,21 @@ int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *list, s
     s->readers = calloc(n ? n : 1, sizeof *s->readers);
     if (!s->tb.files || !s->tb.sizes || !s->readers) rc = tzr_fail(TZR_ENOMEM, "out of memory");
     for (size_t k = 0; k < n && !rc; k++) {
-        const char *fname = strrchr(files[k], '/');
-        rc = add_file(s, (int)k, files[k], index[0] ? pairs : NULL, m.n, fname ? fname + 1 : files[k]);
+        rc = open_file(s, (int)k, files[k]);
         if (rc == TZR_ENOTFOUND && single)
             rc = tzr_fail(TZR_ENOTFOUND, "%s: no %s and no model.safetensors here (an HTTP server cannot be listed: "
                           "name the index or the files)", path, HF_INDEX);
     }
-    for (size_t i = 0; !rc && index[0] && i < m.n; i++)
-        if (!pairs[i].seen)
-            rc = tzr_fail(TZR_EFORMAT, "%s: the index lists tensor '%s' in %s, but that file does not hold it", index,
-                          pairs[i].name, pairs[i].file);
+    /* The table and its name index sized once for every tensor. */
+    size_t total = 0;
+    for (size_t k = 0; k < n && !rc; k++) total += tzr_reader_count(s->readers[k]);
+    if (!rc) rc = shard_table_reserve(&s->tb, total);
+    if (!rc) rc = shard_table_index_reserve(&s->tb, total);
+    for (size_t k = 0; k < n && !rc; k++) rc = add_tensors(s, (int)k);
+    if (!rc && index[0]) rc = check_map(s, index, &m);
 out:
     for (size_t i = 0; owned && i < nfiles; i++) free(owned[i]);
     free(owned);
-    free(names);
-    free(pairs);
     shard_hf_map_free(&m);
     return rc;
 }

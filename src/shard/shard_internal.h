@@ -74,10 +74,11 @@ typedef struct shard_table {
         uint8_t *digests;       /* the section, read and checked when the
                                    shard opens; its slices point into it */
     } *hashes;
-    size_t *slots, nslots;   /* name -> entry index + 1 (0: empty), linear
-                                probing, built by the first find: a linear
-                                find made merging and writing 100k tensors
-                                quadratic */
+    uint64_t *slots;         /* name -> hash tag << 32 | entry index + 1
+                                (0: empty), linear probing, built by the
+                                first find: a linear find made merging and
+                                writing 100k tensors quadratic */
+    size_t nslots;
     /* Shared split slices, one array per cut length (a 100k-tensor set cut
      * 32 ways wrote 3.2M slices at every open; MoE tensors repeat a few
      * shapes), and per shard the state of the entries using them. */
@@ -127,6 +128,21 @@ TZR_HIDDEN int shard_entry_is_split(const shard_entry *e, int nshards);
 TZR_HIDDEN int shard_table_find(shard_table *tb, const char *name, size_t name_len, size_t *idx);
 /* Room for n entries. */
 TZR_HIDDEN int shard_table_reserve(shard_table *tb, size_t n);
+/* The name index built (if it was not) with room for n entries, so that
+ * adding that many never rehashes it. */
+TZR_HIDDEN int shard_table_index_reserve(shard_table *tb, size_t n);
+/* shard_table_add for a name (of hash h) not in the table yet: 0 and
+ * *out, TZR_EDUP (no message set) with *other the entry holding it, or
+ * TZR_ENOMEM. One lookup where a find and an add took two. */
+TZR_HIDDEN int shard_table_add_new(shard_table *tb, const char *name, size_t name_len, uint64_t h, const char *dtype,
+                                   size_t dtype_len, uint32_t ndim, const uint64_t *shape, int dim, shard_entry **out,
+                                   size_t *other);
+/* The name index's hash of a name. Lookups in a 100k-name index miss the
+ * cache about once each: callers going through many names hash a few
+ * ahead and prefetch their slots, then add or find by the hash. */
+TZR_HIDDEN uint64_t shard_name_hash(const char *name, size_t len);
+TZR_HIDDEN void shard_table_prefetch(const shard_table *tb, uint64_t h);
+TZR_HIDDEN int shard_table_find_hashed(shard_table *tb, const char *name, size_t name_len, uint64_t h, size_t *idx);
 /* Take back the entry shard_table_add just made. */
 TZR_HIDDEN void shard_table_drop_last(shard_table *tb);
 /* Every slice list tiles its tensor exactly; dtypes parse; shards in range. */
@@ -171,13 +187,23 @@ struct json_t;
 TZR_HIDDEN int shard_manifest_scan(const char *text, size_t len, shard_table *tb, struct json_t **root);
 
 /* A Hugging Face model.safetensors.index.json: its weight_map, tensor
- * name -> file name (a plain name beside the index). */
+ * name -> file (a plain name beside the index). shard_hf_index.c. */
 typedef struct shard_hf_map {
-    char **names, **files;
-    size_t n;
+    const char **names;   /* n tensor names, in the index's order */
+    uint32_t *file;       /* each one's file: an index into files */
+    const char **files;   /* the nfiles files named, sorted, each once */
+    size_t n, nfiles;
+    char *text;           /* what the strings point into (the scan's), */
+    struct json_t *root;  /* or jansson's tree */
 } shard_hf_map;
 TZR_HIDDEN int shard_hf_index_read(const char *path, const struct tzr_http_options *http, shard_hf_map *m);
+/* The same from the document's text (len bytes, from tzr_alloc_big; m
+ * owns it from here): scan 0 reads it by jansson's tree alone. */
+TZR_HIDDEN int shard_hf_index_parse(const char *path, char *text, size_t len, int scan, shard_hf_map *m);
 TZR_HIDDEN void shard_hf_map_free(shard_hf_map *m);
+/* The whole text of a JSON document at path, a local file or an
+ * http(s)/s3 URL, in huge pages (free with free()). */
+TZR_HIDDEN int shard_json_bytes(const char *path, const struct tzr_http_options *http, char **out, size_t *len);
 /* 1 if path is a URL naming a prefix ("s3://b/model/", "https://h/m/"):
  * a directory of a Hugging Face checkpoint. */
 TZR_HIDDEN int shard_url_dir(const char *path);

@@ -381,7 +381,7 @@ static int entry_from_json(json_t *o, size_t i, shard_table *tb, const char *pat
  * pages (a fault per page on the VMs we measured), and copying it into
  * fresh 4 KiB pages was a sixth of the open; its copy into 2 MiB pages
  * costs 4 ms. */
-static int json_bytes(const char *path, const tzr_http_options *http, char **out, size_t *len) {
+int shard_json_bytes(const char *path, const tzr_http_options *http, char **out, size_t *len) {
     *out = NULL;
     tzr_source *src = NULL;
     int rc = tzr_source_open_path(&src, path, 0, http);
@@ -405,24 +405,12 @@ out:
     return rc;
 }
 
-/* The JSON document at path (local or a URL), parsed with flags. */
-static int json_read(const char *path, const tzr_http_options *http, size_t flags, json_t **root) {
-    char *text;
-    size_t tlen = 0;
-    int rc = json_bytes(path, http, &text, &tlen);
-    if (rc) return rc;
-    json_error_t jerr;
-    *root = json_loadb(text, tlen, flags, &jerr);
-    free(text);
-    return *root ? 0 : tzr_fail(TZR_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
-}
-
 int shard_json_read(const char *path, const tzr_http_options *http, shard_table *tb, int *sidecar_shard) {
     memset(tb, 0, sizeof *tb);
     json_t *root = NULL;
     char *text;
     size_t tlen = 0;
-    int rc = json_bytes(path, http, &text, &tlen);
+    int rc = shard_json_bytes(path, http, &text, &tlen);
     if (rc) return rc;
     /* The entries of the usual shape without a tree; else all by jansson. */
     rc = shard_manifest_scan(text, tlen, tb, &root);
@@ -700,43 +688,4 @@ int shard_manifest_write(const char *prefix, int nshards, unsigned flags) {
     }
     shard_table_free(&m);
     return rc;
-}
-
-int shard_hf_index_read(const char *path, const tzr_http_options *http, shard_hf_map *m) {
-    memset(m, 0, sizeof *m);
-    json_t *root;
-    int rc = json_read(path, http, JSON_REJECT_DUPLICATES, &root);
-    if (rc) return rc;
-    json_t *wm = json_object_get(root, "weight_map");
-    if (!json_is_object(wm)) {
-        json_decref(root);
-        return tzr_fail(TZR_EFORMAT, "%s: no \"weight_map\" object (not a Hugging Face model.safetensors.index.json)",
-                        path);
-    }
-    size_t cap = json_object_size(wm);
-    m->names = calloc(cap ? cap : 1, sizeof *m->names);
-    m->files = calloc(cap ? cap : 1, sizeof *m->files);
-    if (!m->names || !m->files) rc = tzr_fail(TZR_ENOMEM, "out of memory");
-    const char *k;
-    json_t *v;
-    json_object_foreach(wm, k, v) {
-        if (rc) break;
-        const char *f = json_string_value(v);
-        if (!f || !*f || strchr(f, '/') || !strcmp(f, "..")) {
-            rc = tzr_fail(TZR_EFORMAT, "%s: weight_map entry '%s' must name a file beside the index", path, k);
-            break;
-        }
-        if (!(m->names[m->n] = strdup(k)) || !(m->files[m->n] = strdup(f))) rc = tzr_fail(TZR_ENOMEM, "out of memory");
-        m->n++;
-    }
-    json_decref(root);
-    if (rc) shard_hf_map_free(m);
-    return rc;
-}
-
-void shard_hf_map_free(shard_hf_map *m) {
-    for (size_t i = 0; i < m->n; i++) free(m->names[i]), free(m->files[i]);
-    free(m->names);
-    free(m->files);
-    memset(m, 0, sizeof *m);
 }
