@@ -207,6 +207,12 @@ TZR_HIDDEN int shard_json_bytes(const char *path, const struct tzr_http_options 
 /* 1 if path is a URL naming a prefix ("s3://b/model/", "https://h/m/"):
  * a directory of a Hugging Face checkpoint. */
 TZR_HIDDEN int shard_url_dir(const char *path);
+/* one(s, k, ctx) for every shard k (where need[k], need may be NULL), on
+ * one thread each up to the core count. Each call must write only what
+ * belongs to its shard. The lowest failing shard's code, with the message
+ * its thread left (what a one-by-one pass would report). shard_open.c. */
+TZR_HIDDEN int shard_each(tzr_shard_set *s, int (*one)(tzr_shard_set *s, int k, void *ctx), void *ctx,
+                          const unsigned char *need);
 /* Open a Hugging Face checkpoint as a set (shard_hf.c): a directory (its
  * index, else its *.safetensors files), an index, or a list of files. */
 TZR_HIDDEN int shard_open_hf(tzr_shard_set *s, const char *path, const char *const *files, size_t nfiles);

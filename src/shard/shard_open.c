@@ -279,7 +279,7 @@ tzr_reader *shard_if_open(const tzr_shard_set *s, int k) {
     return atomic_load_explicit(&s->lazy->state[k], memory_order_acquire) == SHARD_READY ? s->readers[k] : NULL;
 }
 
-static int ready_one(tzr_shard_set *s, int k) { return shard_ready(s, k) ? 0 : tzr_last_error_code(); }
+static int ready_one(tzr_shard_set *s, int k, void *ctx) { return shard_ready(s, k) ? 0 : tzr_last_error_code(); }
 
 /* The shard files are opened and checked on one thread each, up to the
  * core count (one after the other, the two indexes of a 100k-tensor set
@@ -289,7 +289,8 @@ static int ready_one(tzr_shard_set *s, int k) { return shard_ready(s, k) ? 0 : t
  * one-by-one open would report. */
 typedef struct check_job {
     tzr_shard_set *s;
-    int (*one)(tzr_shard_set *s, int k);
+    int (*one)(tzr_shard_set *s, int k, void *ctx);
+    void *ctx;
     const unsigned char *need; /* NULL: every shard */
     atomic_int next;
     atomic_int first_bad; /* lowest failing shard so far, or nshards */
@@ -303,7 +304,7 @@ static void *check_worker(void *arg) {
     for (int k; (k = atomic_fetch_add(&j->next, 1)) < j->s->tb.nshards;) {
         if (k > atomic_load(&j->first_bad)) break; /* a lower one failed: this one would not be reached */
         if (j->need && !j->need[k]) continue;
-        int rc = j->one(j->s, k);
+        int rc = j->one(j->s, k, j->ctx);
         if (!rc) continue;
         pthread_mutex_lock(&j->mu);
         if (k < atomic_load(&j->first_bad)) {
@@ -316,10 +317,10 @@ static void *check_worker(void *arg) {
     return NULL;
 }
 
-static int run_checks(tzr_shard_set *s, int (*one)(tzr_shard_set *, int), const unsigned char *need) {
+int shard_each(tzr_shard_set *s, int (*one)(tzr_shard_set *, int, void *), void *ctx, const unsigned char *need) {
     int todo = 0;
     for (int k = 0; k < s->tb.nshards; k++) todo += !need || need[k];
-    check_job j = {.s = s, .one = one, .need = need, .rc = 0};
+    check_job j = {.s = s, .one = one, .ctx = ctx, .need = need, .rc = 0};
     atomic_init(&j.next, 0);
     atomic_init(&j.first_bad, s->tb.nshards);
     pthread_mutex_init(&j.mu, NULL);
@@ -336,12 +337,14 @@ static int run_checks(tzr_shard_set *s, int (*one)(tzr_shard_set *, int), const 
     return j.rc;
 }
 
+static int check_one(tzr_shard_set *s, int k, void *ctx) { return check_shard(s, k); }
+
 int shard_ready_all(tzr_shard_set *s, const unsigned char *need) {
     if (!s->lazy) return 0;
     int todo = 0;
     for (int k = 0; k < s->tb.nshards && !todo; k++)
         todo = need[k] && atomic_load_explicit(&s->lazy->state[k], memory_order_acquire) != SHARD_READY;
-    return todo ? run_checks(s, ready_one, need) : 0;
+    return todo ? shard_each(s, ready_one, NULL, need) : 0;
 }
 
 /* A lazy set's open still finds every local shard file with its size (a
@@ -441,7 +444,7 @@ static int open_set(tzr_shard_set **out, const char *path, const char *const *li
         if (!rc && !(s->readers = calloc((size_t)s->tb.nshards, sizeof *s->readers)))
             rc = tzr_fail(TZR_ENOMEM, "out of memory");
         int lazy = !s->crypt.key && !s->crypt.password && !s->http;
-        if (!rc) rc = lazy ? lazy_init(s) : run_checks(s, check_shard, NULL);
+        if (!rc) rc = lazy ? lazy_init(s) : shard_each(s, check_one, NULL, NULL);
     }
     memset(&s->crypt, 0, sizeof s->crypt); /* the caller's key: only borrowed while opening */
     s->http = NULL;                        /* and its network settings */
