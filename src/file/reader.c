@@ -26,12 +26,6 @@
 #define PADDING_SEEN ((size_t)4 << 10) /* index bytes past the entries checked, at least */
 
 
-static uint64_t hash_bytes(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
-    return h;
-}
-
 const char *tzr_reader_what(const tzr_reader *r, size_t i, char *buf, size_t cap) {
     char nb[TZR_NAMEBUF];
     const tzr_tensor_info *t = &r->t[i].info;
@@ -60,7 +54,7 @@ static uint64_t bucket_tag(uint64_t hash) { return hash & ~(uint64_t)0xffffffffu
 
 static int find_slot(const tzr_reader *r, const char *name, size_t len, size_t *index) {
     if (!r->nbuckets) return TZR_ENOTFOUND;
-    uint64_t hash = hash_bytes(name, len), tag = bucket_tag(hash);
+    uint64_t hash = tzr_name_hash(name, len), tag = bucket_tag(hash);
     for (size_t b = (size_t)(hash & (r->nbuckets - 1)); r->buckets[b]; b = (b + 1) & (r->nbuckets - 1)) {
         if (bucket_tag(r->buckets[b]) != tag) continue;
         size_t k = (size_t)(uint32_t)r->buckets[b] - 1;
@@ -202,7 +196,7 @@ static int index_names_range(tzr_reader *r, size_t from, size_t to, size_t *dup,
         }
         if (j < to) {
             const tzr_tensor_info *t = &r->t[j].info;
-            hashes[j % PREFETCH] = hash_bytes(t->name, t->name_len);
+            hashes[j % PREFETCH] = tzr_name_hash(t->name, t->name_len);
             __builtin_prefetch(&r->buckets[hashes[j % PREFETCH] & mask], 1);
         }
     }

@@ -13,12 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static uint64_t name_hash(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
-    return h;
-}
-
 /* Adds the name; TZR_EDUP if present. */
 static int name_set_add(tzr_writer *w, const char *name, size_t len) {
     if (2 * (w->count + 1) > w->nslots) {
@@ -32,7 +26,7 @@ static int name_set_add(tzr_writer *w, const char *name, size_t len) {
         }
         for (size_t i = 0; i < w->nslots; i++) {
             if (!w->names[i]) continue;
-            size_t b = name_hash(w->names[i], w->name_lens[i]) & (ns - 1);
+            size_t b = tzr_name_hash(w->names[i], w->name_lens[i]) & (ns - 1);
             while (names[b]) b = (b + 1) & (ns - 1);
             names[b] = w->names[i];
             lens[b] = w->name_lens[i];
@@ -43,7 +37,7 @@ static int name_set_add(tzr_writer *w, const char *name, size_t len) {
         w->name_lens = lens;
         w->nslots = ns;
     }
-    size_t b = name_hash(name, len) & (w->nslots - 1);
+    size_t b = tzr_name_hash(name, len) & (w->nslots - 1);
     while (w->names[b]) {
         if (w->name_lens[b] == len && memcmp(w->names[b], name, len) == 0) return TZR_EDUP;
         b = (b + 1) & (w->nslots - 1);

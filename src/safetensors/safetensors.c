@@ -8,6 +8,7 @@
  * tensors sharing bytes. Nothing is allocated from a length that has not
  * been checked against the bytes actually present. */
 #include "internal.h"
+#include "names.h"
 #include "mem.h"
 #include "tzr_safetensors.h"
 #include "json_scan.h"
@@ -289,10 +290,9 @@ static int cmp_offset(const void *a, const void *b) {
 /* The slot holding this name, or the empty slot where it would go
  * (linear probing; the table is at most half full). */
 static size_t slot_of(const tzr_st_file *f, const char *name, size_t len) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (size_t i = 0; i < len; i++) h = (h ^ (uint8_t)name[i]) * 0x100000001b3ull;
+    uint64_t h = tzr_name_hash(name, len);
     size_t mask = f->nslots - 1;
-    for (size_t k = (size_t)(h ^ h >> 29) & mask;; k = (k + 1) & mask) {
+    for (size_t k = (size_t)h & mask;; k = (k + 1) & mask) {
         uint32_t s = f->slots[k];
         if (!s) return k;
         const tzr_st_tensor *t = &f->t[s - 1].pub;

@@ -6,19 +6,13 @@
  * jansson's tree, whose results and messages stay the reference
  * (fuzz/fuzz_hf_index.c holds the two to the same map). */
 #include "json_scan.h"
+#include "names.h"
 #include "shard_internal.h"
 #include "tzr_http.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* FNV-1a: names are short. */
-static uint64_t str_hash(const char *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 0x100000001b3ull;
-    return h ^ (h >> 32);
-}
 
 /* The files named so far, each once, found by name: the weight map names
  * a handful of files 100k times. */
@@ -46,7 +40,7 @@ static int ids_grow(file_ids *f) {
     uint32_t *sl = ln ? calloc(ns, sizeof *sl) : NULL;
     if (!sl) return tzr_fail(TZR_ENOMEM, "out of memory");
     for (size_t k = 0; k < f->n; k++) {
-        size_t b = str_hash(f->name[k], f->len[k]) & (ns - 1);
+        size_t b = tzr_name_hash(f->name[k], f->len[k]) & (ns - 1);
         while (sl[b]) b = (b + 1) & (ns - 1);
         sl[b] = (uint32_t)k + 1;
     }
@@ -62,7 +56,7 @@ static int ids_of(file_ids *f, const char *s, size_t len, uint32_t *id) {
         return 0;
     }
     if (f->n == f->cap && ids_grow(f)) return TZR_ENOMEM;
-    size_t mask = f->nslots - 1, b = str_hash(s, len) & mask;
+    size_t mask = f->nslots - 1, b = tzr_name_hash(s, len) & mask;
     for (; f->slots[b]; b = (b + 1) & mask) {
         uint32_t k = f->slots[b] - 1;
         if (f->len[k] == len && memcmp(f->name[k], s, len) == 0) return *id = f->last = k, 0;
@@ -157,7 +151,7 @@ static int any_duplicate(const char **names, const size_t *lens, size_t n) {
     if (!sl) return -1;
     int dup = 0;
     for (size_t i = 0; i < n && !dup; i++) {
-        size_t b = shard_name_hash(names[i], lens[i]) & (ns - 1);
+        size_t b = tzr_name_hash(names[i], lens[i]) & (ns - 1);
         for (; sl[b] && !dup; b = (b + 1) & (ns - 1))
             dup = lens[sl[b] - 1] == lens[i] && memcmp(names[sl[b] - 1], names[i], lens[i]) == 0;
         sl[b] = (uint32_t)i + 1;

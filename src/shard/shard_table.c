@@ -1,5 +1,6 @@
 /* The shard table: global tensors and the slices each shard holds, and the
  * tiling check every manifest and merge goes through. */
+#include "names.h"
 #include "shard_internal.h"
 
 #include <string.h>
@@ -24,25 +25,10 @@ void shard_table_free(shard_table *tb) {
     memset(tb, 0, sizeof *tb);
 }
 
-/* A name's hash, eight bytes a round (FNV-1a's byte loop was most of
- * a 100k-tensor set's lookups). The index's slot holds the top half as a
- * tag beside the entry, so a probe reads an entry only on a likely match:
- * a lookup is then about one cache miss. */
-uint64_t shard_name_hash(const char *p, size_t n) {
-    const uint64_t k = 0xff51afd7ed558ccdull;
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ n, w;
-    for (; n >= 8; p += 8, n -= 8) {
-        memcpy(&w, p, 8);
-        h = (h ^ w) * k;
-        h ^= h >> 32;
-    }
-    w = 0;
-    memcpy(&w, p, n);
-    h = (h ^ w) * k;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    return h ^ (h >> 33);
-}
+/* The index's slot holds the top half of the name's hash as a tag beside
+ * the entry, so a probe reads an entry only on a likely match: a lookup
+ * is then about one cache miss. */
+uint64_t shard_name_hash(const char *p, size_t n) { return tzr_name_hash(p, n); }
 
 void shard_table_prefetch(const shard_table *tb, uint64_t h) {
     if (tb->slots) __builtin_prefetch(&tb->slots[(size_t)h & (tb->nslots - 1)]);
