@@ -36,8 +36,46 @@ const char *tzr_reader_what(const tzr_reader *r, size_t i, char *buf, size_t cap
 
 int tzr_reader_verifying(const tzr_reader *r) { return r->verify; }
 /* (Atomic: ranks of one shard set may load on several threads at once.) */
-void tzr_reader_want_headers(tzr_reader *r) { __atomic_store_n(&r->headers_wanted, 1, __ATOMIC_RELAXED); }
-int tzr_reader_headers_wanted(const tzr_reader *r) { return __atomic_load_n(&r->headers_wanted, __ATOMIC_RELAXED); }
+enum { HDR_SHA_EMPTY, HDR_SHA_WRITING, HDR_SHA_KNOWN };
+
+int tzr_reader_want_header_sha(tzr_reader *r) {
+    int rc = 0;
+    pthread_mutex_lock(&r->lock);
+    if (!r->hdr_sha) {
+        uint8_t (*t)[33] = tzr_map_zeroed(r->n ? r->n : 1, 33);
+        if (t) __atomic_store_n(&r->hdr_sha, t, __ATOMIC_RELEASE);
+        else rc = tzr_fail(TZR_ENOMEM, "out of memory");
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+/* Record tensor i's digest from its checked header h, once: two loads of
+ * one reader may check the same header at the same time. */
+static void note_header_sha(tzr_reader *r, size_t i, const tzr_tensor_header *h) {
+    uint8_t (*t)[33] = __atomic_load_n(&r->hdr_sha, __ATOMIC_ACQUIRE);
+    if (!t || !h->has_sha256) return;
+    uint8_t empty = HDR_SHA_EMPTY;
+    if (!__atomic_compare_exchange_n(&t[i][32], &empty, HDR_SHA_WRITING, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return;
+    memcpy(t[i], h->sha256, 32);
+    __atomic_store_n(&t[i][32], HDR_SHA_KNOWN, __ATOMIC_RELEASE);
+}
+
+int tzr_reader_header_sha(tzr_reader *r, size_t i, uint8_t out[32], int *has) {
+    uint8_t (*t)[33] = __atomic_load_n(&r->hdr_sha, __ATOMIC_ACQUIRE);
+    if (t && __atomic_load_n(&t[i][32], __ATOMIC_ACQUIRE) == HDR_SHA_KNOWN) {
+        memcpy(out, t[i], 32);
+        *has = 1;
+        return 0;
+    }
+    const tzr_tensor_header *h;
+    int rc = tzr_reader_header(r, i, &h);
+    if (rc) return rc;
+    *has = h->has_sha256;
+    if (*has) memcpy(out, h->sha256, 32);
+    return 0;
+}
 
 int tzr_reader_totals(const tzr_reader *r, uint64_t *nbytes, uint64_t *stored, size_t *empty) {
     if (!r->totals_known) return 1;
@@ -380,6 +418,7 @@ static int check_header(tzr_reader *r, size_t i, const uint8_t *bytes, size_t le
     if (ci->present && (rc = check_comp_vs_index(t, ci)))
         return tzr_fail_prefix(rc, "%s: header at offset %llu: ", tzr_reader_what(r, i, what, sizeof what),
                                (unsigned long long)t->header_offset);
+    note_header_sha(r, i, h);
     return 0;
 }
 
@@ -1313,6 +1352,7 @@ void tzr_reader_free(tzr_reader *r) {
     tzr_unmap_zeroed(r->t, r->t_cap, sizeof *r->t);
     free(r->dims);
     tzr_unmap_zeroed(r->buckets, r->nbuckets, sizeof *r->buckets);
+    if (r->hdr_sha) tzr_unmap_zeroed(r->hdr_sha, r->n ? r->n : 1, 33);
     free(r->dir);
     free(r->dir_bytes);
     if (r->password) {

@@ -50,12 +50,15 @@ TZR_HIDDEN int tzr_reader_hash_check(tzr_reader *r, size_t i, tzr_hasher *hs);
 /* The same against h, the header hs was begun with by hash_begin_bytes. */
 TZR_HIDDEN int tzr_reader_hash_check_with(tzr_reader *r, size_t i, const tzr_tensor_header *h, tzr_hasher *hs);
 TZR_HIDDEN int tzr_reader_verifying(const tzr_reader *r);
-/* Loads from r keep every header they read in its cache, for a caller
- * that asks for them afterwards (a shard set's checks against its
- * manifest); otherwise a verify checks small tensors' headers where they
- * lie and keeps none. */
-TZR_HIDDEN void tzr_reader_want_headers(tzr_reader *r);
-TZR_HIDDEN int tzr_reader_headers_wanted(const tzr_reader *r);
+/* From now on, every header r checks leaves its tensor's SHA-256 (as the
+ * header states it) in a table of 33 bytes a tensor, for a caller that
+ * asks afterwards (a shard set's check against its manifest): keeping the
+ * whole headers cost 30 MB and two lock sections a tensor for 100k. 0 or
+ * TZR_ENOMEM. */
+TZR_HIDDEN int tzr_reader_want_header_sha(tzr_reader *r);
+/* The SHA-256 tensor i's header states: 0 with *has (1: in out), from the
+ * table, a kept header, or (neither) its header read now; else the error. */
+TZR_HIDDEN int tzr_reader_header_sha(tzr_reader *r, size_t i, uint8_t out[32], int *has);
 /* Sums over every tensor, made at open: of nbytes, of data_length, and the
  * count of tensors without data. 0 when known, else nonzero (a sum
  * overflowed): then a caller adds them up itself. */

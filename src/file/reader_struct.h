@@ -62,7 +62,10 @@ struct tzr_reader {
     uint64_t records_end;   /* where the end-of-tensors marker is */
     int marker_checked;     /* its bytes were read and are zero (atomic) */
     int safetensors;        /* a safetensors file: no tensor headers, no hashes */
-    int headers_wanted;     /* loads keep every header they read (tzr_reader_want_headers) */
+    /* Each tensor's SHA-256 as its checked header states it: 32 bytes,
+     * then HDR_SHA_EMPTY / _WRITING / _KNOWN (tzr_reader_want_header_sha;
+     * NULL until asked, then published with release). */
+    uint8_t (*hdr_sha)[33];
     /* Over every tensor, summed at open (tzr_reader_totals): a whole-file
      * load then needs no pass over the tensor table to size itself. */
     int totals_known;

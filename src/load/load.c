@@ -84,7 +84,7 @@ static pipeline *pipeline_new(tzr_reader *r, tzr_sink *sink, const tzr_load_opti
     /* Only decryption and expansion need every header after its check
      * (a verify keeps those of tensors in several pieces: header_kept);
      * not keeping 100k parsed copies saves time. */
-    p->keep_headers = tzr_reader_encrypted(r) || tzr_reader_compressed(r) || tzr_reader_headers_wanted(r);
+    p->keep_headers = tzr_reader_encrypted(r) || tzr_reader_compressed(r);
     p->n = tzr_reader_count(r);
     pthread_mutex_init(&p->slot_lock, NULL);
     pthread_cond_init(&p->slot_cond, NULL);

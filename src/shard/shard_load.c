@@ -431,14 +431,15 @@ static int check_headers(const tzr_shard_set *s, size_t i, int rank, int dim, ui
     for (size_t q = q0; q < q1; q++) {
         const shard_slice *sl = &e->slices[q];
         if (!slice_used(e, sl, dim, offset, length)) continue;
-        const tzr_tensor_header *h = NULL;
         tzr_reader *r = shard_if_open(s, sl->shard); /* every shard a used slice is in was loaded */
         const uint8_t *sha = r ? shard_slice_sha_of(&s->tb, i, sl) : NULL;
-        if (!sha || tzr_reader_header(r, shard_slice_local_of(&s->tb, i, sl), &h) || !h->has_sha256) {
+        uint8_t stated[32];
+        int has = 0;
+        if (!sha || tzr_reader_header_sha(r, shard_slice_local_of(&s->tb, i, sl), stated, &has) || !has) {
             *proven = 0;
             continue;
         }
-        if (memcmp(h->sha256, sha, 32)) {
+        if (memcmp(stated, sha, 32)) {
             char nb[TZR_NAMEBUF];
             return tzr_fail(TZR_EHASH, "%s: shard %d: tensor '%s': its header sha256 differs from the manifest's "
                             "(the shard file was replaced or rewritten after the manifest was made)", s->path,
@@ -549,7 +550,7 @@ static int load_rank_into(tzr_shard_set *s, int rank, int nranks, const char *ru
                 lo.struct_size = sizeof lo;
             }
             lo.verify = s->verify && tzr_reader_format(r) == TZR_FORMAT_TENSORIZER; /* safetensors: no hashes */
-            if (lo.verify) tzr_reader_want_headers(r); /* for check_headers after the load */
+            if (lo.verify && (rc = tzr_reader_want_header_sha(r))) break; /* for check_headers after the load */
             /* A shard wholly wanted as whole targets loads as a plain file
              * (no per-tensor filter and select pass over its table). */
             int whole = j->nwhole == j->nlocal;
