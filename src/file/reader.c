@@ -35,7 +35,8 @@ const char *tzr_reader_what(const tzr_reader *r, size_t i, char *buf, size_t cap
 }
 
 int tzr_reader_verifying(const tzr_reader *r) { return r->verify; }
-/* (Atomic: ranks of one shard set may load on several threads at once.) */
+/* The digest table's states. Atomic, as ranks of one shard set may load
+ * on several threads at once. */
 enum { HDR_SHA_EMPTY, HDR_SHA_WRITING, HDR_SHA_KNOWN };
 
 int tzr_reader_want_header_sha(tzr_reader *r) {
