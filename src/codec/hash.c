@@ -4,7 +4,6 @@
 #include <openssl/evp.h>
 #include <openssl/opensslv.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <zlib.h>
 
 /* ISA-L rather than zlib or libdeflate: its folding CRC uses VPCLMULQDQ
@@ -41,74 +40,19 @@ void tzr_sha256(const void *data, size_t len, uint8_t out[32]) {
     EVP_Digest(data, len, out, &n, sha256(), NULL);
 }
 
-/* Spare SHA-256 contexts, a few per thread. A context made, initialised
- * and freed per tensor (a provider context allocated each time, the
- * digest's reference count bumped on a cache line both workers share)
- * was a few per cent of a verify of 100k small tensors. A spare one is
- * set up again in place: EVP_DigestInit_ex2 with no digest keeps the one
- * it has and its provider context. Freed when the thread ends. */
-#if OPENSSL_VERSION_NUMBER >= 0x30000000L
-#define SPARES 4
-typedef struct spare_ctxs {
-    int n;
-    EVP_MD_CTX *ctx[SPARES];
-} spare_ctxs;
-static pthread_key_t spare_key;
-static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
-static int spare_ok;
-static void spares_free(void *p) {
-    spare_ctxs *s = p;
-    for (int i = 0; i < s->n; i++) EVP_MD_CTX_free(s->ctx[i]);
-    free(s);
-}
-static void spare_init(void) { spare_ok = pthread_key_create(&spare_key, spares_free) == 0; }
-static spare_ctxs *spares(void) {
-    pthread_once(&spare_once, spare_init);
-    if (!spare_ok) return NULL;
-    spare_ctxs *s = pthread_getspecific(spare_key);
-    if (!s && (s = calloc(1, sizeof *s)) && pthread_setspecific(spare_key, s) != 0) {
-        free(s);
-        s = NULL;
-    }
-    return s;
-}
-static EVP_MD_CTX *ctx_take(void) {
-    spare_ctxs *s = spares();
-    while (s && s->n) {
-        EVP_MD_CTX *c = s->ctx[--s->n];
-        if (EVP_DigestInit_ex2(c, NULL, NULL) == 1) return c;
-        EVP_MD_CTX_free(c);
-    }
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    if (c && EVP_DigestInit_ex(c, sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(c);
-        c = NULL;
-    }
-    return c;
-}
-static void ctx_give(EVP_MD_CTX *c) {
-    spare_ctxs *s = c ? spares() : NULL;
-    if (s && s->n < SPARES) s->ctx[s->n++] = c;
-    else EVP_MD_CTX_free(c);
-}
-#else
-static EVP_MD_CTX *ctx_take(void) {
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    if (c && EVP_DigestInit_ex(c, sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(c);
-        c = NULL;
-    }
-    return c;
-}
-static void ctx_give(EVP_MD_CTX *c) { EVP_MD_CTX_free(c); }
-#endif
-
 int tzr_hasher_init(tzr_hasher *h, int want_crc, int want_sha) {
     h->want_crc = want_crc;
     h->want_sha = want_sha;
     h->crc = 0;
     h->sha = NULL;
-    if (want_sha && !(h->sha = ctx_take())) return tzr_fail(TZR_ENOMEM, "cannot create a SHA-256 context");
+    if (want_sha) {
+        EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+        if (!ctx || EVP_DigestInit_ex(ctx, sha256(), NULL) != 1) {
+            EVP_MD_CTX_free(ctx);
+            return tzr_fail(TZR_ENOMEM, "cannot create a SHA-256 context");
+        }
+        h->sha = ctx;
+    }
     return 0;
 }
 
@@ -134,6 +78,6 @@ int tzr_hasher_final(tzr_hasher *h, uint32_t *crc, uint8_t sha[32]) {
 }
 
 void tzr_hasher_free(tzr_hasher *h) {
-    ctx_give(h->sha);
+    EVP_MD_CTX_free(h->sha);
     h->sha = NULL;
 }
