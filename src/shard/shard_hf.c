@@ -6,6 +6,7 @@
  * must match the files exactly: a tensor a file holds but the index maps
  * elsewhere (or not at all), or one the index lists that its file lacks,
  * is an error naming both. */
+#include "names.h"
 #include "shard_internal.h"
 #include "scheme.h"
 
@@ -47,7 +48,7 @@ static int add_tensors(tzr_shard_set *s, int k) {
     for (size_t i = 0; i < n + AHEAD; i++) {
         if (i < n) {
             const tzr_tensor_info *a = tzr_reader_tensor(r, i);
-            h[i % RING] = shard_name_hash(a->name, a->name_len);
+            h[i % RING] = tzr_name_hash(a->name, a->name_len);
             shard_table_prefetch(&s->tb, h[i % RING]);
         }
         if (i < AHEAD) continue;
@@ -78,15 +79,17 @@ static int check_map(tzr_shard_set *s, const char *index, const shard_hf_map *m)
     int rc = 0;
     char nb[TZR_NAMEBUF];
     uint64_t h[RING];
+    size_t len[RING];
     for (size_t i = 0; i < m->n + AHEAD && !rc; i++) {
         if (i < m->n) {
-            h[i % RING] = shard_name_hash(m->names[i], strlen(m->names[i]));
+            len[i % RING] = strlen(m->names[i]);
+            h[i % RING] = tzr_name_hash(m->names[i], len[i % RING]);
             shard_table_prefetch(tb, h[i % RING]);
         }
         if (i < AHEAD) continue;
         size_t at = i - AHEAD, j;
         const char *name = m->names[at], *file = m->files[m->file[at]];
-        if (shard_table_find_hashed(&s->tb, name, strlen(name), h[at % RING], &j)) {
+        if (shard_table_find_hashed(&s->tb, name, len[at % RING], h[at % RING], &j)) {
             rc = tzr_fail(TZR_EFORMAT, "%s: the index lists tensor '%s' in %s, but that file does not hold it", index,
                           name, file);
             break;

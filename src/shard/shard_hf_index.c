@@ -14,24 +14,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The files named so far, each once, found by name: the weight map names
- * a handful of files 100k times. */
-typedef struct file_ids {
-    const char **name; /* nfiles first spellings (not NUL-terminated in a scan) */
+/* Strings seen so far, each once, numbered in order and found by their
+ * bytes: the files the weight map names (a handful, 100k times), and the
+ * names of a map not written in sorted order, to find one given twice. */
+typedef struct str_ids {
+    const char **name; /* n first spellings (not NUL-terminated in a scan) */
     size_t *len;
     size_t n, cap;
     uint32_t *slots;   /* id + 1; 0 = empty */
     size_t nslots;
-    uint32_t last;     /* the previous entry's file: runs are the rule */
-} file_ids;
+    uint32_t last;     /* the previous string's id: files come in runs */
+} str_ids;
 
-static void ids_free(file_ids *f) {
+static void ids_free(str_ids *f) {
     free(f->name);
     free(f->len);
     free(f->slots);
 }
 
-static int ids_grow(file_ids *f) {
+static int ids_grow(str_ids *f) {
     size_t cap = f->cap ? 2 * f->cap : 16, ns = 2 * cap;
     const char **nm = realloc(f->name, cap * sizeof *nm);
     if (nm) f->name = nm;
@@ -49,8 +50,8 @@ static int ids_grow(file_ids *f) {
     return 0;
 }
 
-/* The id of file s (len bytes), entered if new: 0, or TZR_ENOMEM. */
-static int ids_of(file_ids *f, const char *s, size_t len, uint32_t *id) {
+/* The id of string s (len bytes), entered if new: 0, or TZR_ENOMEM. */
+static int ids_of(str_ids *f, const char *s, size_t len, uint32_t *id) {
     if (f->n && f->len[f->last] == len && memcmp(f->name[f->last], s, len) == 0) {
         *id = f->last;
         return 0;
@@ -90,7 +91,7 @@ static int cmp_order(const void *a, const void *b) {
 
 /* m->files from ids (NUL-terminated by now), sorted, and every pair's
  * file renumbered to match: shard k of the set is the k-th file by name. */
-static int files_sorted(shard_hf_map *m, const file_ids *ids) {
+static int files_sorted(shard_hf_map *m, const str_ids *ids) {
     file_order *o = calloc(ids->n ? ids->n : 1, sizeof *o);
     uint32_t *to = calloc(ids->n ? ids->n : 1, sizeof *to);
     m->files = calloc(ids->n ? ids->n : 1, sizeof *m->files);
@@ -145,25 +146,22 @@ static int file_ok(const uint8_t *f, size_t len) {
 /* 1 if two of the n names (lens bytes each) are the same (0 if not, -1
  * out of memory). Only for maps not written in sorted order. */
 static int any_duplicate(const char **names, const size_t *lens, size_t n) {
-    size_t ns = 64;
-    while (ns < 2 * n) ns *= 2;
-    uint32_t *sl = calloc(ns, sizeof *sl);
-    if (!sl) return -1;
+    str_ids seen = {0};
     int dup = 0;
     for (size_t i = 0; i < n && !dup; i++) {
-        size_t b = tzr_name_hash(names[i], lens[i]) & (ns - 1);
-        for (; sl[b] && !dup; b = (b + 1) & (ns - 1))
-            dup = lens[sl[b] - 1] == lens[i] && memcmp(names[sl[b] - 1], names[i], lens[i]) == 0;
-        sl[b] = (uint32_t)i + 1;
+        size_t had = seen.n;
+        uint32_t id;
+        if (ids_of(&seen, names[i], lens[i], &id)) dup = -1;
+        else dup = seen.n == had;
     }
-    free(sl);
+    ids_free(&seen);
     return dup;
 }
 
 /* The weight map's object at p[i]: pairs into m, file names into ids,
  * lens[i] each name's length (grown with m). Index past it, 0 to retry,
  * (size_t)-1 out of memory. */
-static size_t scan_map(const uint8_t *p, size_t n, size_t i, shard_hf_map *m, file_ids *ids, size_t **lens,
+static size_t scan_map(const uint8_t *p, size_t n, size_t i, shard_hf_map *m, str_ids *ids, size_t **lens,
                        int *sorted) {
     size_t cap = 0;
     if (i >= n || p[i] != '{') return 0;
@@ -203,7 +201,7 @@ static size_t scan_map(const uint8_t *p, size_t n, size_t i, shard_hf_map *m, fi
 
 /* The document by hand: 0, TZR_ENOMEM, or SHARD_RETRY (m then holds what
  * was added, to be dropped). */
-static int scan_index(char *text, size_t len, shard_hf_map *m, file_ids *ids) {
+static int scan_index(char *text, size_t len, shard_hf_map *m, str_ids *ids) {
     const uint8_t *p = (const uint8_t *)text;
     size_t n = len, i = tzr_js_skip_ws(p, n, 0), *lens = NULL, nkeys = 0;
     const uint8_t *keys[16];
@@ -257,7 +255,7 @@ out:
 }
 
 /* The same by jansson's tree. */
-static int tree_index(const char *path, const char *text, size_t len, shard_hf_map *m, file_ids *ids) {
+static int tree_index(const char *path, const char *text, size_t len, shard_hf_map *m, str_ids *ids) {
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) return tzr_fail(TZR_EFORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
@@ -282,7 +280,7 @@ static int tree_index(const char *path, const char *text, size_t len, shard_hf_m
 
 int shard_hf_index_parse(const char *path, char *text, size_t len, int scan, shard_hf_map *m) {
     memset(m, 0, sizeof *m);
-    file_ids ids = {0};
+    str_ids ids = {0};
     int rc = scan ? scan_index(text, len, m, &ids) : SHARD_RETRY;
     if (rc == SHARD_RETRY) {
         free(m->names), free(m->file);

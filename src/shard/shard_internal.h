@@ -137,10 +137,9 @@ TZR_HIDDEN int shard_table_index_reserve(shard_table *tb, size_t n);
 TZR_HIDDEN int shard_table_add_new(shard_table *tb, const char *name, size_t name_len, uint64_t h, const char *dtype,
                                    size_t dtype_len, uint32_t ndim, const uint64_t *shape, int dim, shard_entry **out,
                                    size_t *other);
-/* The name index's hash of a name. Lookups in a 100k-name index miss the
- * cache about once each: callers going through many names hash a few
- * ahead and prefetch their slots, then add or find by the hash. */
-TZR_HIDDEN uint64_t shard_name_hash(const char *name, size_t len);
+/* Lookups in a 100k-name index miss the cache about once each: callers
+ * going through many names hash a few ahead (tzr_name_hash, names.h) and
+ * prefetch their slots, then add or find by the hash. */
 TZR_HIDDEN void shard_table_prefetch(const shard_table *tb, uint64_t h);
 TZR_HIDDEN int shard_table_find_hashed(shard_table *tb, const char *name, size_t name_len, uint64_t h, size_t *idx);
 /* Take back the entry shard_table_add just made. */

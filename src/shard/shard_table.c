@@ -28,7 +28,6 @@ void shard_table_free(shard_table *tb) {
 /* The index's slot holds the top half of the name's hash as a tag beside
  * the entry, so a probe reads an entry only on a likely match: a lookup
  * is then about one cache miss. */
-uint64_t shard_name_hash(const char *p, size_t n) { return tzr_name_hash(p, n); }
 
 void shard_table_prefetch(const shard_table *tb, uint64_t h) {
     if (tb->slots) __builtin_prefetch(&tb->slots[(size_t)h & (tb->nslots - 1)]);
@@ -64,7 +63,7 @@ static int index_size(shard_table *tb, size_t want) {
     for (size_t b = 0; b < on; b++)
         if (old[b]) {
             const shard_entry *e = &tb->t[SLOT_ENTRY(old[b])];
-            uint64_t h = shard_name_hash(e->name, e->pub.name_len);
+            uint64_t h = tzr_name_hash(e->name, e->pub.name_len);
             /* names are unique in the index: the first empty slot */
             size_t c = (size_t)h & (ns - 1);
             while (tb->slots[c]) c = (c + 1) & (ns - 1);
@@ -90,7 +89,7 @@ void shard_table_drop_last(shard_table *tb) {
     const shard_entry *e = &tb->t[tb->n - 1];
     /* Added last, so no probe chain runs through its slot. */
     if (tb->slots) {
-        size_t b = slot_of(tb, e->name, e->pub.name_len, shard_name_hash(e->name, e->pub.name_len));
+        size_t b = slot_of(tb, e->name, e->pub.name_len, tzr_name_hash(e->name, e->pub.name_len));
         if (SLOT_ENTRY(tb->slots[b]) == tb->n - 1) tb->slots[b] = 0; /* not an earlier entry of that name */
     }
     tb->n--;
@@ -161,7 +160,7 @@ shard_entry *shard_table_add(shard_table *tb, const char *name, size_t name_len,
     uint64_t h = 0;
     size_t b = 0;
     if (tb->slots) {
-        h = shard_name_hash(name, name_len);
+        h = tzr_name_hash(name, name_len);
         b = slot_of(tb, name, name_len, h);
     }
     return add_at(tb, name, name_len, dtype, dtype_len, ndim, shape, dim, tb->slots && !tb->slots[b], h, b);
@@ -262,7 +261,7 @@ int shard_table_index_reserve(shard_table *tb, size_t n) {
     if (tb->slots) return index_size(tb, n);
     if (index_size(tb, n > tb->n ? n : tb->n)) return TZR_ENOMEM;
     for (size_t i = 0; i < tb->n; i++) {
-        uint64_t h = shard_name_hash(tb->t[i].name, tb->t[i].pub.name_len);
+        uint64_t h = tzr_name_hash(tb->t[i].name, tb->t[i].pub.name_len);
         size_t b = slot_of(tb, tb->t[i].name, tb->t[i].pub.name_len, h);
         if (!tb->slots[b]) tb->slots[b] = SLOT_TAG(h) | (i + 1);
     }
@@ -270,7 +269,7 @@ int shard_table_index_reserve(shard_table *tb, size_t n) {
 }
 
 int shard_table_find(shard_table *tb, const char *name, size_t name_len, size_t *idx) {
-    return shard_table_find_hashed(tb, name, name_len, shard_name_hash(name, name_len), idx);
+    return shard_table_find_hashed(tb, name, name_len, tzr_name_hash(name, name_len), idx);
 }
 
 int shard_table_find_hashed(shard_table *tb, const char *name, size_t name_len, uint64_t h, size_t *idx) {
