@@ -25,14 +25,13 @@ void shard_table_free(shard_table *tb) {
     memset(tb, 0, sizeof *tb);
 }
 
-/* The index's slot holds the top half of the name's hash as a tag beside
- * the entry, so a probe reads an entry only on a likely match: a lookup
- * is then about one cache miss. */
-
 void shard_table_prefetch(const shard_table *tb, uint64_t h) {
     if (tb->slots) __builtin_prefetch(&tb->slots[(size_t)h & (tb->nslots - 1)]);
 }
 
+/* The index's slot holds the top half of the name's hash as a tag beside
+ * the entry, so a probe reads an entry only on a likely match: a lookup
+ * is then about one cache miss. */
 #define SLOT_TAG(h) ((h) & ~(uint64_t)0xffffffffu)
 #define SLOT_ENTRY(s) ((size_t)(uint32_t)(s) - 1)
 
