@@ -173,6 +173,11 @@ typedef struct tzr_load_stats {
  * first error's code and message are returned (naming tensor and offset). */
 TZR_API int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt, tzr_load_stats *stats);
 
+/* The threads a load uses when its options leave threads 0 and its source
+ * states no preference (local files): one per online CPU, 2 to 16. For
+ * benchmarks whose floor must run on as many threads as the load. */
+TZR_API int tzr_load_default_threads(void);
+
 /* ------------------------------------------------------ table sinks */
 /* Sinks over a caller-made table of destinations: tensor i (reader index)
  * lands at ptrs[i], which holds lens[i] bytes (>= its nbytes). The table

@@ -802,6 +802,14 @@ static void direct_io(void) {
 }
 
 
+/* The documented default: one thread per online CPU, 2 to 16 (tzr-bench's
+ * floor runs on this many). */
+static void default_threads(void) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int want = cpus < 2 ? 2 : cpus > 16 ? 16 : (int)cpus;
+    CHECKF(tzr_load_default_threads() == want, "%d threads for %ld CPUs", tzr_load_default_threads(), cpus);
+}
+
 /* Library-allocated host tensors come from one block (the sink's
  * reserve), even past the 64 MiB blocks it otherwise allocates: 64-byte
  * aligned, disjoint, inside one span of the total plus alignment, and
@@ -1641,6 +1649,7 @@ int main(void) {
     RUN(index_split_parse);
     RUN(scatter_fallback);
     RUN(host_one_block);
+    RUN(default_threads);
     RUN(overlapped_planning);
     RUN(header_check_in_place);
     RUN(verify_hashes_header_bytes);

@@ -48,9 +48,10 @@ static const char usage[] =
     "  --repeat N        runs per case, best kept (default 3)\n"
     "  --keep            keep the generated files\n"
     "  --make-sample P   only write an LLM-shaped .safetensors file P and exit\n"
-    "  --cases LIST      only these: raw,host,host-crc32,host-verify,null,null-crc32,\n"
-    "                    null-verify,peer,sha,crc32 (SHA-256 and CRC32 on one core:\n"
-    "                    the bounds of the full and crc32 verify levels),\n"
+    "  --cases LIST      only these: raw,open,host,host-crc32,host-verify,null,\n"
+    "                    null-crc32,null-verify,peer,sha,crc32 (open: the reader's\n"
+    "                    open alone, the index's share of every load row; SHA-256\n"
+    "                    and CRC32 on one core: the bounds of the verify levels),\n"
     "                    cuda,cuda-crc32,cuda-verify (with --cuda)\n"
     "  --json            JSON lines instead of the table\n"
     "  --source URL      load an s3:// or http(s):// checkpoint instead, sweeping\n"
@@ -84,15 +85,15 @@ typedef struct cfg {
 
 /* Every name in --cases is a case: one that is not would select nothing. */
 static int bad_cases(const char *list) {
-    static const char *known[] = {"raw", "host", "host-verify", "host-crc32", "null", "null-verify", "null-crc32",
-                                  "peer", "sha", "crc32", "cuda", "cuda-crc32", "cuda-verify"};
+    static const char *known[] = {"raw", "open", "host", "host-verify", "host-crc32", "null", "null-verify",
+                                  "null-crc32", "peer", "sha", "crc32", "cuda", "cuda-crc32", "cuda-verify"};
     for (const char *p = list;;) {
         size_t len = strcspn(p, ",");
         int ok = 0;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= strlen(known[k]) == len && strncmp(known[k], p, len) == 0;
         if (!ok) {
-            cli_error("--cases: '%.*s' in '%s' is not one of raw,host,host-verify,host-crc32,null,null-verify,"
+            cli_error("--cases: '%.*s' in '%s' is not one of raw,open,host,host-verify,host-crc32,null,null-verify,"
                       "null-crc32,peer,sha,crc32,cuda,cuda-crc32,cuda-verify", (int)len, p, list);
             return 1;
         }
@@ -277,7 +278,7 @@ static int write_in_child(const write_job *j) {
 /* ---- cases ------------------------------------------------------------ */
 typedef enum {
     C_RAW, C_HOST, C_HOST_VERIFY, C_NULL, C_NULL_VERIFY, C_CUDA, C_ST_COPY, C_H2D, C_HOST_CRC32, C_NULL_CRC32,
-    C_SHA_CORE, C_CRC_CORE, C_CUDA_CRC32, C_CUDA_VERIFY, C_SET_RAW, C_SET_OPEN, C_SET_HOST, C_SET_NULL,
+    C_SHA_CORE, C_CRC_CORE, C_CUDA_CRC32, C_CUDA_VERIFY, C_OPEN, C_SET_RAW, C_SET_OPEN, C_SET_HOST, C_SET_NULL,
     C_SET_RANK
 } case_kind;
 static const char *case_names[] = {"raw read (floor)", "libtzr -> host", "libtzr -> host + verify",
@@ -286,6 +287,7 @@ static const char *case_names[] = {"raw read (floor)", "libtzr -> host", "libtzr
                                    "libtzr -> host + verify crc32", "libtzr -> null + verify crc32",
                                    "SHA-256, one core (reference)", "CRC32, one core (reference)",
                                    "libtzr -> cuda + verify crc32", "libtzr -> cuda + verify",
+                                   "libtzr open alone (index)",
                                    "raw read, every shard (floor)", "set open (shards at first use)",
                                    "set open + load -> host", "set open + load -> null",
                                    "set open + rank 0 of N -> host"};
@@ -340,11 +342,7 @@ static void *raw_worker(void *arg) {
 /* The floor's threads: as many as the loads it is the floor of (tzr_load's
  * default: one per CPU, 2 to 16, or --threads). With 2 on a 16-core host,
  * the 100k x 4 KiB host load there (16 threads) beat its "floor". */
-static int floor_threads(const cfg *c) {
-    if (c->threads > 0) return c->threads;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus < 2 ? 2 : cpus > 16 ? 16 : (int)cpus;
-}
+static int floor_threads(const cfg *c) { return c->threads > 0 ? c->threads : tzr_load_default_threads(); }
 
 /* The floor: the whole file into one buffer with parallel large preads. */
 static int raw_read(const char *path, int threads, uint64_t *bytes) {
@@ -367,6 +365,18 @@ static int raw_read(const char *path, int threads, uint64_t *bytes) {
     close(fd);
     free(buf);
     *bytes = size;
+    return 0;
+}
+
+/* The reader's open alone (prologue, index, name table): the part of
+ * every load row that no raw read has, and that runs before any data. */
+static int open_alone(const char *path, uint64_t *bytes) {
+    tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
+    tzr_reader *r;
+    int rc = tzr_reader_open(&r, path, &ro);
+    if (rc) return rc;
+    *bytes = 0; /* no tensor bytes: no GB/s */
+    tzr_reader_free(r);
     return 0;
 }
 
@@ -481,6 +491,7 @@ static int run_case(const cfg *c, case_kind k, const char *path, uint64_t *bytes
     if (k >= C_SET_RAW) return run_set(c, k, path, bytes, res);
     if (k == C_SHA_CORE) return sha_core(bytes);
     if (k == C_RAW) return raw_read(path, floor_threads(c), bytes);
+    if (k == C_OPEN) return open_alone(path, bytes);
     if (k == C_ST_COPY) return st_copy(path, bytes);
     tzr_reader_options ro = TZR_READER_OPTIONS_INIT;
     tzr_reader *r;
@@ -587,6 +598,18 @@ static void report(const cfg *c, const char *group, case_kind k, const result *r
     double gbps = r->rc || r->seconds <= 0 ? 0 : (double)r->bytes / r->seconds / 1e9;
     double ratio = r->rc || r->seconds <= 0 ? 0 : floor_s > 0 ? floor_s / r->seconds
                                                   : floor_gbps > 0 ? gbps / floor_gbps : 0;
+    if (k == C_OPEN) { /* moves no tensor bytes: seconds only, a part of the load rows below it */
+        if (c->json)
+            printf("{\"case\":\"%s\",\"group\":\"%s\",\"ok\":%s,\"seconds\":%.4f,\"bytes\":0,\"gbps\":null,"
+                   "\"ratio\":null,\"floor\":\"none\",\"peak_rss_mib\":%.1f}\n",
+                   case_names[k], group, r->rc ? "false" : "true", r->seconds, r->maxrss_kib / 1024.0);
+        else if (r->rc)
+            printf("| %-11s | %-30s | %8s | %7s | %6s | %9s | %s\n", group, case_names[k], "-", "-", "-", "-", r->err);
+        else
+            printf("| %-11s | %-30s | %8.3f | %7s | %6s | %9.0f |\n", group, case_names[k], r->seconds, "-", "-",
+                   r->maxrss_kib / 1024.0);
+        return;
+    }
     if (c->json) {
         printf("{\"case\":\"%s\",\"group\":\"%s\",\"ok\":%s,\"seconds\":%.4f,\"bytes\":%llu,\"gbps\":%.3f,"
                "\"ratio\":%.3f,\"floor\":\"%s\",\"peak_rss_mib\":%.1f}\n",
@@ -815,8 +838,8 @@ int main(int argc, char **argv) {
         result raw = measure(&c, C_RAW, file, cold);
         double floor = raw.rc ? 0 : (double)raw.bytes / raw.seconds / 1e9, floor_s = raw.rc ? 0 : raw.seconds;
         report(&c, group, C_RAW, &raw, floor, floor_s, "raw read");
-        case_kind ks[] = {C_HOST, C_HOST_CRC32, C_HOST_VERIFY, C_NULL, C_NULL_CRC32, C_NULL_VERIFY};
-        const char *kn[] = {"host", "host-crc32", "host-verify", "null", "null-crc32", "null-verify"};
+        case_kind ks[] = {C_OPEN, C_HOST, C_HOST_CRC32, C_HOST_VERIFY, C_NULL, C_NULL_CRC32, C_NULL_VERIFY};
+        const char *kn[] = {"open", "host", "host-crc32", "host-verify", "null", "null-crc32", "null-verify"};
         for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
             if (!wanted(&c, kn[i])) continue;
             result r = measure(&c, ks[i], file, cold);
@@ -854,8 +877,8 @@ int main(int argc, char **argv) {
         result raw = measure(&c, C_RAW, smallpath, 0);
         double floor = raw.rc ? 0 : (double)raw.bytes / raw.seconds / 1e9, floor_s = raw.rc ? 0 : raw.seconds;
         report(&c, group, C_RAW, &raw, floor, floor_s, "raw read");
-        case_kind ks[] = {C_HOST, C_NULL, C_NULL_CRC32, C_NULL_VERIFY};
-        const char *kn[] = {"host", "null", "null-crc32", "null-verify"};
+        case_kind ks[] = {C_OPEN, C_HOST, C_NULL, C_NULL_CRC32, C_NULL_VERIFY};
+        const char *kn[] = {"open", "host", "null", "null-crc32", "null-verify"};
         for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
             if (!wanted(&c, kn[i])) continue;
             result r = measure(&c, ks[i], smallpath, 0);

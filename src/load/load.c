@@ -403,6 +403,12 @@ static int result(pipeline *p) {
     return rc;
 }
 
+/* Local loads' default thread count; tools ask for it rather than repeat it. */
+int tzr_load_default_threads(void) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus < 2 ? 2 : cpus > 16 ? 16 : (int)cpus;
+}
+
 int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_load_stats *stats) {
     tzr_load_options o = TZR_LOAD_OPTIONS_INIT;
     int orc = TZR_OPTS(tzr_load_options, o, opt_in, offsetof(tzr_load_options, on_tensor_error));
@@ -431,10 +437,7 @@ int tzr_load(tzr_reader *r, tzr_sink *sink, const tzr_load_options *opt_in, tzr_
     if (pol.chunk < 4096) pol.chunk = 4096;
     pol.pack_reads = src->pack_reads;
     int nthreads = opt->threads > 0 ? opt->threads : src->preferred_inflight;
-    if (nthreads <= 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        nthreads = cpus < 2 ? 2 : cpus > 16 ? 16 : (int)cpus;
-    }
+    if (nthreads <= 0) nthreads = tzr_load_default_threads();
     if (nthreads > MAX_THREADS) nthreads = MAX_THREADS;
     pol.ring = opt->ring_bytes ? opt->ring_bytes : pinned ? DEFAULT_PINNED_RING : DEFAULT_RING;
     if (!opt->ring_bytes && pinned && pol.ring / nthreads < pol.chunk) pol.ring = pol.chunk * (size_t)nthreads;
