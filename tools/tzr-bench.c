@@ -291,6 +291,7 @@ static const char *case_names[] = {"raw read (floor)", "libtzr -> host", "libtzr
                                    "raw read, every shard (floor)", "set open (shards at first use)",
                                    "set open + load -> host", "set open + load -> null",
                                    "set open + rank 0 of N -> host"};
+_Static_assert(sizeof case_names / sizeof *case_names == C_SET_RANK + 1, "a name for every case kind");
 
 typedef struct result {
     double seconds;
