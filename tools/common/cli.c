@@ -316,6 +316,9 @@ int cli_run_child(int (*fn)(void *ctx, void *out), void *ctx, void *out, size_t 
                   long *maxrss_kib) {
     int fds[2];
     if (pipe(fds)) return CLI_CHILD_NOT_STARTED;
+    /* Output still buffered would be the child's too: ThreadSanitizer's
+     * _exit flushes it, and a table row piped to a file came out twice. */
+    fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]), close(fds[1]);
