@@ -93,8 +93,10 @@ static int bad_cases(const char *list) {
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= strlen(known[k]) == len && strncmp(known[k], p, len) == 0;
         if (!ok) {
-            cli_error("--cases: '%.*s' in '%s' is not one of raw,open,host,host-verify,host-crc32,null,null-verify,"
-                      "null-crc32,peer,sha,crc32,cuda,cuda-crc32,cuda-verify", (int)len, p, list);
+            char names[256] = "";
+            for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? "," : "", known[k]);
+            cli_error("--cases: '%.*s' in '%s' is not one of %s", (int)len, p, list, names);
             return 1;
         }
         if (!p[len]) return 0;
@@ -599,30 +601,24 @@ static void report(const cfg *c, const char *group, case_kind k, const result *r
     double gbps = r->rc || r->seconds <= 0 ? 0 : (double)r->bytes / r->seconds / 1e9;
     double ratio = r->rc || r->seconds <= 0 ? 0 : floor_s > 0 ? floor_s / r->seconds
                                                   : floor_gbps > 0 ? gbps / floor_gbps : 0;
-    if (k == C_OPEN) { /* moves no tensor bytes: seconds only, a part of the load rows below it */
-        if (c->json)
-            printf("{\"case\":\"%s\",\"group\":\"%s\",\"ok\":%s,\"seconds\":%.4f,\"bytes\":0,\"gbps\":null,"
-                   "\"ratio\":null,\"floor\":\"none\",\"peak_rss_mib\":%.1f}\n",
-                   case_names[k], group, r->rc ? "false" : "true", r->seconds, r->maxrss_kib / 1024.0);
-        else if (r->rc)
-            printf("| %-11s | %-30s | %8s | %7s | %6s | %9s | %s\n", group, case_names[k], "-", "-", "-", "-", r->err);
-        else
-            printf("| %-11s | %-30s | %8.3f | %7s | %6s | %9.0f |\n", group, case_names[k], r->seconds, "-", "-",
-                   r->maxrss_kib / 1024.0);
-        return;
-    }
+    /* The open row moves no tensor bytes: no GB/s or ratio ("-", JSON null). */
+    int rated = k != C_OPEN;
+    char g[32] = "-", q[32] = "-";
     if (c->json) {
-        printf("{\"case\":\"%s\",\"group\":\"%s\",\"ok\":%s,\"seconds\":%.4f,\"bytes\":%llu,\"gbps\":%.3f,"
-               "\"ratio\":%.3f,\"floor\":\"%s\",\"peak_rss_mib\":%.1f}\n",
-               case_names[k], group, r->rc ? "false" : "true", r->seconds, (unsigned long long)r->bytes, gbps,
-               ratio, floor_name, r->maxrss_kib / 1024.0);
+        if (rated) snprintf(g, sizeof g, "%.3f", gbps), snprintf(q, sizeof q, "%.3f", ratio);
+        else strcpy(g, "null"), strcpy(q, "null");
+        printf("{\"case\":\"%s\",\"group\":\"%s\",\"ok\":%s,\"seconds\":%.4f,\"bytes\":%llu,\"gbps\":%s,"
+               "\"ratio\":%s,\"floor\":\"%s\",\"peak_rss_mib\":%.1f}\n",
+               case_names[k], group, r->rc ? "false" : "true", r->seconds, (unsigned long long)r->bytes, g, q,
+               rated ? floor_name : "none", r->maxrss_kib / 1024.0);
         return;
     }
     if (r->rc) {
         printf("| %-11s | %-30s | %8s | %7s | %6s | %9s | %s\n", group, case_names[k], "-", "-", "-", "-", r->err);
         return;
     }
-    printf("| %-11s | %-30s | %8.3f | %7.2f | %6.2f | %9.0f |\n", group, case_names[k], r->seconds, gbps, ratio,
+    if (rated) snprintf(g, sizeof g, "%.2f", gbps), snprintf(q, sizeof q, "%.2f", ratio);
+    printf("| %-11s | %-30s | %8.3f | %7s | %6s | %9.0f |\n", group, case_names[k], r->seconds, g, q,
            r->maxrss_kib / 1024.0);
 }
 
